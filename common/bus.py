@@ -1,0 +1,384 @@
+"""The bus: framing and authentication of wire messages, the writer client and the event subscriber.
+
+Frames (every part after the ZeroMQ routing identity):
+- request / ack: ``[mac, payload]``
+- event:         ``[topic, mac, payload]``
+``payload`` is msgpack of a ``schema.messages`` struct; ``mac`` is the first 16 bytes of
+HMAC-SHA256 over ``topic + b"\\0" + payload`` (topic empty for requests and acks) with a key
+derived from the session secret, so only Starling's own processes are heard. A frame that fails
+the MAC or does not decode is counted, logged and dropped by whoever receives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import zmq
+import zmq.asyncio
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from common.errors import BusTimeout, ConfigError, WriteRejected
+from schema import messages as m
+
+MAC_BYTES = 16
+LINGER_MS = 500
+IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+
+_encoder = msgspec.msgpack.Encoder()
+encode = _encoder.encode
+request_decoder = msgspec.msgpack.Decoder(m.Request)
+ack_decoder = msgspec.msgpack.Decoder(m.Ack)
+event_decoder = msgspec.msgpack.Decoder(m.AnyEvent)
+result_decoder = msgspec.msgpack.Decoder(m.Result)
+
+
+def bus_key(session_secret: bytes) -> bytes:
+    """The frame-signing key, derived from the session secret (HKDF-SHA256)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"starling bus v1").derive(session_secret)
+
+
+def mac(key: bytes, payload: bytes, topic: bytes = b"") -> bytes:
+    return hmac.digest(key, topic + b"\0" + payload, "sha256")[:MAC_BYTES]
+
+
+def verify(key: bytes, tag: bytes, payload: bytes, topic: bytes = b"") -> bool:
+    return hmac.compare_digest(tag, mac(key, payload, topic))
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    writer: str
+    events: str
+
+
+def endpoints(run_dir: Path, writer: str = "", events: str = "") -> Endpoints:
+    """The bus addresses: ``ipc://`` sockets in ``run_dir`` unless the config names others."""
+    chosen = Endpoints(writer or f"ipc://{run_dir}/writer.sock", events or f"ipc://{run_dir}/events.sock")
+    for key, value in (("bus.writer_endpoint", chosen.writer), ("bus.events_endpoint", chosen.events)):
+        check_endpoint(key, value)
+    return chosen
+
+
+def check_endpoint(key: str, value: str) -> None:
+    if value.startswith("ipc://"):
+        if len(value) - len("ipc://") > IPC_PATH_MAX:
+            raise ConfigError(
+                "config.toml", key, f"the socket path {value!r} is too long for a unix socket;"
+                " use a shorter home or data_dir"
+            )
+        return
+    if value.startswith("tcp://127.0.0.1:") or value.startswith("tcp://localhost:"):
+        return
+    raise ConfigError(
+        "config.toml", key, f"expected ipc://PATH or tcp://127.0.0.1:PORT, not {value!r}"
+        " (tcp to other hosts needs CURVE, which is not built yet)"
+    )
+
+
+def tune(sock: zmq.Socket, heartbeat_ms: int = 1000) -> None:
+    """Options every Starling socket gets: bounded linger, ZMTP heartbeats."""
+    sock.setsockopt(zmq.LINGER, LINGER_MS)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, heartbeat_ms * 3)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, heartbeat_ms * 3)
+
+
+# ---------------------------------------------------------------- writer client
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future
+    frames: list[bytes]
+    resend_at: float
+    deadline: float
+    sends: int = 1
+
+
+@dataclass
+class ClientStats:
+    sent: int = 0
+    resent: int = 0
+    acked: int = 0
+    late_acks: int = 0
+    dropped_frames: int = 0
+    timeouts: int = 0
+
+
+class WriterClient:
+    """Sends write requests to the writer and awaits their acks (which come after commit).
+
+    Each request carries an id (to match its ack) and an idempotency key (caller-given, else
+    unique per request), so a resend after ``timeout_s`` is safe. At most ``window`` requests are
+    in flight; ``call`` waits for room. A request that no ack answers by ``deadline_s`` raises
+    BusTimeout: nothing is assumed committed.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        key: bytes,
+        *,
+        name: str,
+        timeout_s: float = 2.0,
+        window: int = 256,
+        deadline_s: float = 60.0,
+        heartbeat_ms: int = 1000,
+        ctx: zmq.asyncio.Context | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.stats = ClientStats()
+        self._key = key
+        self._prefix = f"{name}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self._ids = itertools.count(1)
+        self._timeout_s = timeout_s
+        self._deadline_s = deadline_s
+        self._heartbeat_ms = heartbeat_ms
+        self._window = asyncio.Semaphore(window)
+        self._pending: dict[int, _Pending] = {}
+        self._ctx = ctx or zmq.asyncio.Context.instance()
+        self._sock: zmq.asyncio.Socket | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> WriterClient:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def start(self) -> None:
+        sock = self._ctx.socket(zmq.DEALER)
+        tune(sock, self._heartbeat_ms)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.connect(self.endpoint)
+        self._sock = sock
+        self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._resend())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._tasks = []
+        for pending in self._pending.values():
+            if not pending.future.done():
+                pending.future.set_exception(BusTimeout("the writer client was closed"))
+        self._pending.clear()
+        if self._sock is not None:
+            self._sock.close(linger=LINGER_MS)
+            self._sock = None
+
+    def new_key(self) -> str:
+        """A unique idempotency key, for callers that must keep a key across their own retries."""
+        return f"{self._prefix}:k{next(self._ids)}"
+
+    async def call(self, op: m.WriteOp, *, key: str | None = None) -> m.Result | None:
+        """Send one write and return its result once committed; WriteRejected on an error ack."""
+        async with self._window:
+            request_id = next(self._ids)
+            payload = encode(m.Request(id=request_id, key=key or f"{self._prefix}:{request_id}", op=op))
+            frames = [mac(self._key, payload), payload]
+            now = time.monotonic()
+            future = asyncio.get_running_loop().create_future()
+            self._pending[request_id] = _Pending(future, frames, now + self._timeout_s, now + self._deadline_s)
+            self._send(frames)
+            self.stats.sent += 1
+            try:
+                ack: m.Ack = await future
+            finally:
+                self._pending.pop(request_id, None)
+        if not ack.ok:
+            raise WriteRejected(ack.code, ack.error)
+        return ack.result
+
+    async def ping(self, timeout_s: float = 10.0) -> bool:
+        """True once the writer answers; False if it did not within ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self.call(m.Ping()), timeout_s)
+            return True
+        except (asyncio.TimeoutError, BusTimeout):
+            return False
+
+    def _send(self, frames: list[bytes]) -> bool:
+        # zmq.asyncio answers a non-blocking send with a future that is already settled
+        sent = self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=True)
+        if sent.done() and sent.exception() is not None:
+            # no writer connected (IMMEDIATE) or its queue is full: the resend loop retries
+            return False
+        return True
+
+    async def _receive(self) -> None:
+        sock = self._sock
+        while True:
+            frames = await sock.recv_multipart()
+            if len(frames) != 2 or not verify(self._key, frames[0], frames[1]):
+                self.stats.dropped_frames += 1
+                continue
+            try:
+                ack = ack_decoder.decode(frames[1])
+            except msgspec.DecodeError:
+                self.stats.dropped_frames += 1
+                continue
+            pending = self._pending.get(ack.id)
+            if pending is None or pending.future.done():
+                self.stats.late_acks += 1
+                continue
+            self.stats.acked += 1
+            pending.future.set_result(ack)
+
+    async def _resend(self) -> None:
+        tick = max(self._timeout_s / 4, 0.01)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for pending in list(self._pending.values()):
+                if pending.future.done():
+                    continue
+                if now >= pending.deadline:
+                    self.stats.timeouts += 1
+                    pending.future.set_exception(
+                        BusTimeout(f"no ack from the writer at {self.endpoint} in {self._deadline_s:.0f}s")
+                    )
+                elif now >= pending.resend_at:
+                    if self._send(pending.frames):
+                        self.stats.resent += 1
+                    pending.sends += 1
+                    backoff = self._timeout_s * min(2 ** (pending.sends - 1), 8)
+                    pending.resend_at = now + backoff
+
+
+# ---------------------------------------------------------------- event subscriber
+
+
+@dataclass(frozen=True)
+class Resync:
+    """Re-read what is pending from SQLite: events may have been missed."""
+
+    reason: str
+
+
+@dataclass
+class SubscriberStats:
+    events: int = 0
+    resyncs: int = 0
+    dropped_frames: int = 0
+
+
+@dataclass
+class _Sequence:
+    epoch: str = ""
+    seqs: dict[str, int] = field(default_factory=dict)
+
+
+class EventSubscriber:
+    """Receives the writer's events on some topics and says when to re-read from SQLite.
+
+    ``next()`` returns an event, a Resync (first contact, writer restarted, a sequence gap, or no
+    beat for ``beat_timeout_s``, after which the socket is replaced), or None on timeout. Events are
+    hints: a consumer re-reads its pending work on every Resync and on its own poll timer.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        key: bytes,
+        topics: list[str],
+        *,
+        beat_timeout_s: float = 5.0,
+        heartbeat_ms: int = 1000,
+        ctx: zmq.asyncio.Context | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.stats = SubscriberStats()
+        self._key = key
+        self._topics = list(topics)
+        self._beat_timeout_s = beat_timeout_s
+        self._heartbeat_ms = heartbeat_ms
+        self._ctx = ctx or zmq.asyncio.Context.instance()
+        self._sock: zmq.asyncio.Socket | None = None
+        self._state = _Sequence()
+        self._last_heard = time.monotonic()
+
+    def start(self) -> None:
+        sock = self._ctx.socket(zmq.SUB)
+        tune(sock, self._heartbeat_ms)
+        for topic in [*self._topics, m.TOPIC_BEAT]:
+            sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        sock.connect(self.endpoint)
+        self._sock = sock
+        self._state = _Sequence()
+        self._last_heard = time.monotonic()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    async def next(self, timeout_s: float) -> m.AnyEvent | Resync | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if time.monotonic() - self._last_heard > self._beat_timeout_s:
+                self.close()
+                self.start()
+                return self._resync(f"no beat from the writer in {self._beat_timeout_s:.0f}s")
+            if remaining <= 0:
+                return None
+            wait_ms = int(min(remaining, self._beat_timeout_s) * 1000) + 1
+            if not await self._sock.poll(wait_ms, zmq.POLLIN):
+                continue
+            frames = await self._sock.recv_multipart()
+            outcome = self._accept(frames)
+            if outcome is not None:
+                return outcome
+
+    def _resync(self, reason: str) -> Resync:
+        self.stats.resyncs += 1
+        return Resync(reason)
+
+    def _accept(self, frames: list[bytes]) -> m.AnyEvent | Resync | None:
+        if len(frames) != 3 or not verify(self._key, frames[1], frames[2], frames[0]):
+            self.stats.dropped_frames += 1
+            return None
+        try:
+            event = event_decoder.decode(frames[2])
+        except msgspec.DecodeError:
+            self.stats.dropped_frames += 1
+            return None
+        self._last_heard = time.monotonic()
+        state = self._state
+        if event.epoch != state.epoch:
+            first = not state.epoch
+            self._state = _Sequence(event.epoch, self._baseline(event, frames[0].decode()))
+            return self._resync("first contact with the writer" if first else "the writer restarted")
+        if isinstance(event, m.WriterBeat):
+            for topic in self._topics:
+                if event.seqs.get(topic, 0) > state.seqs.get(topic, 0):
+                    state.seqs.update({t: event.seqs.get(t, 0) for t in self._topics})
+                    return self._resync(f"missed events on {topic}")
+            return None
+        topic = frames[0].decode()
+        expected = state.seqs.get(topic, 0) + 1
+        state.seqs[topic] = event.seq
+        self.stats.events += 1
+        if event.seq != expected:
+            return self._resync(f"sequence gap on {topic}: expected {expected}, got {event.seq}")
+        return event
+
+    def _baseline(self, event: m.AnyEvent, topic: str) -> dict[str, int]:
+        if isinstance(event, m.WriterBeat):
+            return {t: event.seqs.get(t, 0) for t in self._topics}
+        return {topic: event.seq}

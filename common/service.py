@@ -1,0 +1,82 @@
+"""What every service does at start: read --home and the config, lay out the home, log, stop on SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common import bus
+from common.config import Config, load_config
+from common.errors import StarlingError
+from common.home import Paths, ensure_layout, paths_for, resolve_home
+from common.log import setup_logging
+from common.secrets import session_secret
+
+
+@dataclass
+class Service:
+    name: str
+    paths: Paths
+    cfg: Config
+    log: Any
+    key: bytes
+    endpoints: bus.Endpoints
+    stopping: threading.Event
+
+
+def boot(name: str, argv: list[str] | None = None, description: str = "") -> Service:
+    """Parse ``--home``, load and check the config, create the layout; exit 1 with a clear line on error."""
+    parser = argparse.ArgumentParser(prog=f"starling-{name}", description=description)
+    parser.add_argument("--home", help="Starling home (default: $STARLING_HOME or ./.starling)")
+    args = parser.parse_args(argv)
+    log = setup_logging(name)
+    try:
+        home = resolve_home(args.home)
+        cfg = load_config(home / "config.toml")
+        paths = paths_for(home, cfg)
+        ensure_layout(paths)
+        key = bus.bus_key(session_secret(paths))
+        endpoints = bus.endpoints(paths.run_dir, cfg.bus.writer_endpoint, cfg.bus.events_endpoint)
+    except StarlingError as exc:
+        log.error("startup_failed", error=str(exc))
+        sys.exit(1)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("stop_requested", signal=signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return Service(name, paths, cfg, log, key, endpoints, stopping)
+
+
+def notify_systemd(state: str) -> None:
+    """sd_notify(3) without libsystemd: READY=1, WATCHDOG=1, STOPPING=1; a no-op outside systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(address)
+            sock.sendall(state.encode())
+        except OSError:
+            pass
+
+
+def watchdog_interval_s() -> float | None:
+    """Half of systemd's WatchdogSec for this process, or None when no watchdog is asked for."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    return int(usec) / 2_000_000

@@ -1,0 +1,154 @@
+"""The outbox: messages waiting for a gateway, claimed per instance with leases, in order per chat."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import apsw
+
+ENQUEUE = (
+    "INSERT INTO outbox (session_id, turn_id, instance, chat, kind, body, file_path, reply_to, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# The head of each chat's queue can be taken when it is due, or when its holder's lease ran out.
+CLAIMABLE = (
+    "SELECT o.id FROM outbox o"
+    " WHERE o.instance = ? AND o.state IN ('pending', 'claimed')"
+    " AND ((o.state = 'pending' AND o.not_before <= ?) OR (o.state = 'claimed' AND o.lease_until <= ?))"
+    " AND o.id = (SELECT min(h.id) FROM outbox h WHERE h.instance = o.instance AND h.chat = o.chat"
+    "             AND h.state IN ('pending', 'claimed'))"
+    " ORDER BY o.id LIMIT ?"
+)
+TAKE = (
+    "UPDATE outbox SET state = 'claimed', lease_owner = ?, lease_until = ?, attempts = attempts + 1"
+    " WHERE id = ?"
+)
+ITEM = (
+    "SELECT id, instance, chat, kind, body, file_path, reply_to, attempts, coalesce(session_id, 0)"
+    " FROM outbox WHERE id = ?"
+)
+RENEW = "UPDATE outbox SET lease_until = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+SENT = (
+    "UPDATE outbox SET state = 'sent', sent_at = ?, platform_msg_id = ?, lease_owner = NULL,"
+    " lease_until = NULL, error = '' WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+RETRY = (
+    "UPDATE outbox SET state = 'pending', not_before = ?, error = ?, lease_owner = NULL, lease_until = NULL"
+    " WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+FAIL = (
+    "UPDATE outbox SET state = 'failed', error = ?, lease_owner = NULL, lease_until = NULL"
+    " WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+RELEASE = (
+    "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL,"
+    " attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+GET = (
+    "SELECT id, instance, chat, kind, body, file_path, state, attempts, error, platform_msg_id,"
+    " created_at, sent_at FROM outbox WHERE id = ?"
+)
+FOR_CHAT = (
+    "SELECT id, instance, chat, kind, body, file_path, state, attempts, error, platform_msg_id,"
+    " created_at, sent_at FROM outbox WHERE instance = ? AND chat = ? ORDER BY id"
+)
+COUNT_BY_STATE = "SELECT state, count(*) FROM outbox GROUP BY state"
+
+
+class Item(NamedTuple):
+    """A claimed row, as a gateway needs it."""
+
+    id: int
+    instance: str
+    chat: str
+    kind: str
+    body: str
+    file_path: str
+    reply_to: str
+    attempt: int
+    session_id: int
+
+
+class Row(NamedTuple):
+    id: int
+    instance: str
+    chat: str
+    kind: str
+    body: str
+    file_path: str
+    state: str
+    attempts: int
+    error: str
+    platform_msg_id: str
+    created_at: float
+    sent_at: float | None
+
+
+def enqueue(
+    conn: apsw.Connection,
+    session_id: int | None,
+    turn_id: int | None,
+    instance: str,
+    chat: str,
+    text: str,
+    file_path: str,
+    reply_to: str,
+    now: float,
+) -> int:
+    kind = "file" if file_path else "text"
+    conn.execute(ENQUEUE, (session_id, turn_id, instance, chat, kind, text, file_path, reply_to, now))
+    return conn.last_insert_rowid()
+
+
+def claim(
+    conn: apsw.Connection, instances: list[str], worker: str, limit: int, lease_s: float, now: float
+) -> list[Item]:
+    items: list[Item] = []
+    for instance in instances:
+        if len(items) >= limit:
+            break
+        ids = [row[0] for row in conn.execute(CLAIMABLE, (instance, now, now, limit - len(items)))]
+        for outbox_id in ids:
+            conn.execute(TAKE, (worker, now + lease_s, outbox_id))
+            items.append(Item(*conn.execute(ITEM, (outbox_id,)).fetchone()))
+    return items
+
+
+def renew(conn: apsw.Connection, outbox_id: int, worker: str, lease_s: float, now: float) -> float | None:
+    until = now + lease_s
+    conn.execute(RENEW, (until, outbox_id, worker))
+    return until if conn.changes() else None
+
+
+def mark_sent(conn: apsw.Connection, outbox_id: int, worker: str, platform_msg_id: str, now: float) -> bool:
+    conn.execute(SENT, (now, platform_msg_id, outbox_id, worker))
+    return conn.changes() > 0
+
+
+def mark_failed(
+    conn: apsw.Connection, outbox_id: int, worker: str, error: str, retry_after_s: float, now: float
+) -> bool:
+    """Retry after ``retry_after_s`` seconds, or fail for good when it is negative."""
+    if retry_after_s < 0:
+        conn.execute(FAIL, (error, outbox_id, worker))
+    else:
+        conn.execute(RETRY, (now + retry_after_s, error, outbox_id, worker))
+    return conn.changes() > 0
+
+
+def release(conn: apsw.Connection, outbox_id: int, worker: str) -> bool:
+    conn.execute(RELEASE, (outbox_id, worker))
+    return conn.changes() > 0
+
+
+def get(conn: apsw.Connection, outbox_id: int) -> Row | None:
+    row = conn.execute(GET, (outbox_id,)).fetchone()
+    return None if row is None else Row(*row)
+
+
+def for_chat(conn: apsw.Connection, instance: str, chat: str) -> list[Row]:
+    return [Row(*row) for row in conn.execute(FOR_CHAT, (instance, chat))]
+
+
+def count_by_state(conn: apsw.Connection) -> dict[str, int]:
+    return {state: n for state, n in conn.execute(COUNT_BY_STATE)}

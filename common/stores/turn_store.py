@@ -1,0 +1,173 @@
+"""Turns: pending user turns as a work queue with leases, and the history of every conversation."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import apsw
+
+MAX_ATTEMPTS = 5  # a turn whose runner died this often is failed instead of taken again
+
+INSERT_USER = (
+    "INSERT INTO turns (session_id, role, content, sender, sender_name, platform_msg_id, reply_to,"
+    " attachments, meta, state, created_at) VALUES (?, 'user', ?, ?, ?, ?, ?, ?, ?, 'pending', ?)"
+)
+INSERT_OTHER = "INSERT INTO turns (session_id, role, content, meta, created_at) VALUES (?, ?, ?, ?, ?)"
+# The head of each session's queue is its lowest unfinished turn; it can be taken when pending or
+# when its holder's lease ran out. Later turns of that session wait for it (order, one at a time).
+NEXT_CLAIMABLE = (
+    "SELECT t.id, t.attempts FROM turns t"
+    " WHERE t.state IN ('pending', 'claimed') AND (t.state = 'pending' OR t.lease_until <= ?)"
+    " AND t.id = (SELECT min(h.id) FROM turns h"
+    "             WHERE h.session_id = t.session_id AND h.state IN ('pending', 'claimed'))"
+    " ORDER BY t.id LIMIT 1"
+)
+TAKE = (
+    "UPDATE turns SET state = 'claimed', lease_owner = ?, lease_until = ?, attempts = attempts + 1"
+    " WHERE id = ?"
+)
+GIVE_UP = (
+    "UPDATE turns SET state = 'failed', lease_owner = NULL, lease_until = NULL, error = ?, done_at = ?"
+    " WHERE id = ?"
+)
+CLAIM_DETAILS = (
+    "SELECT t.id, t.session_id, s.agent, s.instance, s.chat, t.sender, t.content, t.attempts, t.lease_until"
+    " FROM turns t JOIN sessions s ON s.id = t.session_id WHERE t.id = ?"
+)
+RENEW = (
+    "UPDATE turns SET lease_until = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+FINISH = (
+    "UPDATE turns SET state = ?, error = ?, done_at = ?, lease_owner = NULL, lease_until = NULL"
+    " WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+RELEASE = (
+    "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until = NULL,"
+    " attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+SESSION_OF = "SELECT session_id FROM turns WHERE id = ?"
+GET = (
+    "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
+    " FROM turns WHERE id = ?"
+)
+HISTORY = (
+    "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
+    " FROM turns WHERE session_id = ? AND id <= ? ORDER BY id DESC LIMIT ?"
+)
+COUNT = "SELECT count(*) FROM turns"
+COUNT_BY_STATE = "SELECT state, count(*) FROM turns WHERE state IS NOT NULL GROUP BY state"
+INSERT_RAW = (
+    "INSERT INTO turns (session_id, role, content, sender, state, created_at)"
+    " VALUES (?, 'user', ?, ?, 'pending', ?)"
+)
+
+
+class Turn(NamedTuple):
+    id: int
+    session_id: int
+    role: str
+    content: str
+    sender: str
+    state: str | None
+    attempts: int
+    error: str
+    meta: str
+    created_at: float
+
+
+class Claim(NamedTuple):
+    turn_id: int
+    session_id: int
+    agent: str
+    instance: str
+    chat: str
+    sender: str
+    text: str
+    attempt: int
+    lease_until: float
+
+
+def add_user_turn(
+    conn: apsw.Connection,
+    session_id: int,
+    text: str,
+    sender: str,
+    sender_name: str,
+    platform_msg_id: str,
+    reply_to: str,
+    attachments_json: str,
+    meta: str,
+    now: float,
+) -> int:
+    conn.execute(
+        INSERT_USER,
+        (session_id, text, sender, sender_name, platform_msg_id, reply_to, attachments_json, meta, now),
+    )
+    return conn.last_insert_rowid()
+
+
+def add_turn(conn: apsw.Connection, session_id: int, role: str, content: str, meta: str, now: float) -> int:
+    """A turn that is not work: an answer, a tool call or result, a summary."""
+    conn.execute(INSERT_OTHER, (session_id, role, content, meta, now))
+    return conn.last_insert_rowid()
+
+
+def claim_next(conn: apsw.Connection, worker: str, lease_s: float, now: float) -> Claim | None:
+    """Lease the next turn that may run; a turn that exhausted MAX_ATTEMPTS is failed and skipped."""
+    while True:
+        row = conn.execute(NEXT_CLAIMABLE, (now,)).fetchone()
+        if row is None:
+            return None
+        turn_id, attempts = row
+        if attempts >= MAX_ATTEMPTS:
+            conn.execute(GIVE_UP, (f"gave up after {attempts} attempts", now, turn_id))
+            continue
+        conn.execute(TAKE, (worker, now + lease_s, turn_id))
+        return Claim(*conn.execute(CLAIM_DETAILS, (turn_id,)).fetchone())
+
+
+def renew(conn: apsw.Connection, turn_id: int, worker: str, lease_s: float, now: float) -> float | None:
+    """The new lease end, or None when the worker no longer holds the turn."""
+    until = now + lease_s
+    conn.execute(RENEW, (until, turn_id, worker))
+    return until if conn.changes() else None
+
+
+def finish(conn: apsw.Connection, turn_id: int, worker: str, ok: bool, error: str, now: float) -> bool:
+    """Mark a claimed turn done or failed; False when the worker lost its lease to another."""
+    conn.execute(FINISH, ("done" if ok else "failed", error, now, turn_id, worker))
+    return conn.changes() > 0
+
+
+def release(conn: apsw.Connection, turn_id: int, worker: str) -> bool:
+    conn.execute(RELEASE, (turn_id, worker))
+    return conn.changes() > 0
+
+
+def session_of(conn: apsw.Connection, turn_id: int) -> int | None:
+    row = conn.execute(SESSION_OF, (turn_id,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def get(conn: apsw.Connection, turn_id: int) -> Turn | None:
+    row = conn.execute(GET, (turn_id,)).fetchone()
+    return None if row is None else Turn(*row)
+
+
+def history(conn: apsw.Connection, session_id: int, up_to: int, limit: int) -> list[Turn]:
+    """The last ``limit`` turns of a session up to and including turn ``up_to``, oldest first."""
+    rows = conn.execute(HISTORY, (session_id, up_to, limit)).fetchall()
+    return [Turn(*row) for row in reversed(rows)]
+
+
+def count(conn: apsw.Connection) -> int:
+    return int(conn.execute(COUNT).fetchall()[0][0])
+
+
+def count_by_state(conn: apsw.Connection) -> dict[str, int]:
+    return {state: n for state, n in conn.execute(COUNT_BY_STATE)}
+
+
+def insert_raw(conn: apsw.Connection, rows: list[tuple[int, str, str, float]]) -> None:
+    """Bulk insert of (session_id, content, sender, created_at) user turns: the benchmark's baseline."""
+    conn.executemany(INSERT_RAW, rows)

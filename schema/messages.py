@@ -1,0 +1,334 @@
+"""The wire contract between Starling's processes: every bus message, as tagged msgspec Structs.
+
+Rules (DESIGN.md, "The bus"): a new field gets a default; a field's type never changes; decoding
+validates; one union per socket. Sockets and their unions:
+
+- writer ROUTER, client -> writer: ``Request`` (an id, an idempotency key and one ``WriteOp``)
+- writer ROUTER, writer -> client: ``Ack`` (the request's id and a ``Result`` or an error)
+- writer PUB -> subscribers: ``Event``, on a topic (see ``topic_for``)
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Msg(msgspec.Struct, tag=True, frozen=True, kw_only=True):
+    """Base of every wire message: tagged by class name, immutable."""
+
+
+# ---------------------------------------------------------------- write operations
+
+
+class Reply(msgspec.Struct, frozen=True, kw_only=True):
+    """One message for the outbox: text, or a file with an optional caption."""
+
+    text: str = ""
+    file_path: str = ""
+    reply_to: str = ""
+
+
+class Inbound(Msg):
+    """A person's message from a gateway becomes a pending user turn.
+
+    ``dedupe_keys`` are the platform's ids for this event (Telegram: the update id and the
+    (chat, message_id) pair). If any of them was seen before, the write is a no-op that returns
+    the first turn's id with ``duplicate=True``.
+    """
+
+    agent: str
+    instance: str
+    chat: str
+    sender: str
+    dedupe_keys: list[str]
+    text: str = ""
+    sender_name: str = ""
+    platform_msg_id: str = ""
+    reply_to: str = ""
+    attachments: list[str] = []
+    meta: str = "{}"  # JSON object: platform details a runner may want (never secrets)
+
+
+class ClaimTurn(Msg):
+    """A runner asks for the next turn it may work on (one session's turns in order, one at a time)."""
+
+    worker: str
+    lease_s: float = 60.0
+
+
+class RenewLease(Msg):
+    """The holder of a claim extends its lease while it works."""
+
+    kind: str  # "turn" | "outbox"
+    id: int
+    worker: str
+    lease_s: float = 60.0
+
+
+class AppendTurn(Msg):
+    """A runner records a turn in the middle of its work (an assistant tool call, a tool result)."""
+
+    session_id: int
+    worker: str
+    role: str  # "assistant" | "tool" | "system" | "summary"
+    content: str = ""
+    meta: str = "{}"
+
+
+class FinishTurn(Msg):
+    """A runner is done with a claimed turn: its answer is stored and queued for delivery, in one commit."""
+
+    turn_id: int
+    worker: str
+    ok: bool = True
+    error: str = ""
+    answer: str = ""  # the assistant's final text, stored as a turn ("" stores none)
+    replies: list[Reply] = []  # what goes to the chat
+    meta: str = "{}"
+
+
+class ReleaseTurn(Msg):
+    """A runner hands a claimed turn back untouched (shutdown): another runner takes it at once."""
+
+    turn_id: int
+    worker: str
+
+
+class EnqueueOutbox(Msg):
+    """Queue a message for a chat that no turn produced (a cron answer, a health alert, a pairing code)."""
+
+    instance: str
+    chat: str
+    replies: list[Reply]
+    session_id: int = 0
+
+
+class ClaimOutbox(Msg):
+    """A gateway claims deliverable outbox rows of its instances (the head of each chat's queue)."""
+
+    worker: str
+    instances: list[str]
+    limit: int = 16
+    lease_s: float = 30.0
+
+
+class OutboxSent(Msg):
+    """A gateway delivered an outbox row."""
+
+    id: int
+    worker: str
+    platform_msg_id: str = ""
+
+
+class OutboxFailed(Msg):
+    """A delivery failed: retry after ``retry_after_s``, or never when it is negative."""
+
+    id: int
+    worker: str
+    error: str
+    retry_after_s: float = -1.0
+
+
+class ReleaseOutbox(Msg):
+    """A gateway hands claimed rows back untouched (shutdown)."""
+
+    ids: list[int]
+    worker: str
+
+
+class Heartbeat(Msg):
+    """A service says it is alive; the writer records it for `status` and `/health`."""
+
+    service: str
+    pid: int
+    state: str = "ready"  # starting | ready | stopping | degraded
+    detail: str = ""
+
+
+class Ping(Msg):
+    """Asks the writer for an ack and nothing else (readiness, liveness)."""
+
+
+class Checkpoint(Msg):
+    """Run a WAL checkpoint now."""
+
+    mode: str = "truncate"  # passive | full | restart | truncate
+
+
+class Backup(Msg):
+    """Write a consistent online copy of the database to ``path`` while writes go on."""
+
+    path: str
+
+
+class FtsRebuild(Msg):
+    """Rebuild the recall index from the turns table."""
+
+
+WriteOp = (
+    Inbound
+    | ClaimTurn
+    | RenewLease
+    | AppendTurn
+    | FinishTurn
+    | ReleaseTurn
+    | EnqueueOutbox
+    | ClaimOutbox
+    | OutboxSent
+    | OutboxFailed
+    | ReleaseOutbox
+    | Heartbeat
+    | Ping
+    | Checkpoint
+    | Backup
+    | FtsRebuild
+)
+
+
+class Request(Msg):
+    """Client -> writer. ``id`` matches the ack; ``key`` makes a resend or replay a no-op."""
+
+    id: int
+    key: str
+    op: WriteOp
+
+
+# ---------------------------------------------------------------- results and acks
+
+
+class Accepted(Msg):
+    """An inbound message is stored as a pending turn (or was already)."""
+
+    turn_id: int
+    session_id: int
+    duplicate: bool = False
+
+
+class TurnClaim(Msg):
+    """The turn a runner now holds, with what it needs to start."""
+
+    turn_id: int
+    session_id: int
+    agent: str
+    instance: str
+    chat: str
+    sender: str
+    text: str
+    attempt: int
+    lease_until: float
+
+
+class NoWork(Msg):
+    """Nothing to claim right now."""
+
+
+class OutboxItem(Msg):
+    id: int
+    instance: str
+    chat: str
+    kind: str
+    body: str
+    file_path: str
+    reply_to: str
+    attempt: int
+    session_id: int = 0
+
+
+class OutboxClaim(Msg):
+    items: list[OutboxItem]
+    lease_until: float
+
+
+class Stored(Msg):
+    """A write that creates a row: its id (turn, outbox, ...)."""
+
+    id: int
+
+
+class Leased(Msg):
+    lease_until: float
+
+
+class Done(Msg):
+    """A write that needs no answer beyond "committed"."""
+
+
+class Checkpointed(Msg):
+    busy: int
+    wal_pages: int
+    checkpointed_pages: int
+
+
+class BackedUp(Msg):
+    path: str
+    pages: int
+    seconds: float
+
+
+class Queued(Msg):
+    """An enqueue stored these outbox rows."""
+
+    ids: list[int]
+
+
+Result = (
+    Accepted
+    | TurnClaim
+    | NoWork
+    | OutboxClaim
+    | Stored
+    | Leased
+    | Done
+    | Checkpointed
+    | BackedUp
+    | Queued
+)
+
+
+class Ack(Msg):
+    """Writer -> client, sent only after the request's effects are committed (or it failed)."""
+
+    id: int
+    ok: bool
+    result: Result | None = None
+    code: str = ""  # on failure: invalid | not_found | lease_lost | conflict | internal
+    error: str = ""
+
+
+# ---------------------------------------------------------------- events
+
+
+class Event(Msg):
+    """A committed change or a beat. ``seq`` counts per topic within one writer ``epoch``."""
+
+    epoch: str
+    seq: int
+
+
+class TurnPending(Event):
+    session_id: int
+    turn_id: int
+
+
+class OutboxPending(Event):
+    instance: str
+    chat: str
+    outbox_id: int
+
+
+class WriterBeat(Event):
+    """Sent every heartbeat interval on the beat topic; ``seqs`` lets a subscriber see a lost tail."""
+
+    schema_version: int
+    seqs: dict[str, int] = {}
+
+
+AnyEvent = TurnPending | OutboxPending | WriterBeat
+
+TOPIC_TURN = "turn/"
+TOPIC_BEAT = "beat/"
+
+
+def topic_outbox(instance: str) -> str:
+    """Outbox wake-ups for one gateway instance. The trailing slash keeps prefix matches exact."""
+    return f"outbox/{instance}/"

@@ -1,0 +1,168 @@
+"""What each write request does to the database, and which events it makes once committed."""
+
+from __future__ import annotations
+
+import msgspec
+
+from common.stores import beat_store, keys_store, outbox_store, session_store, turn_store
+from schema import messages as m
+
+_json = msgspec.json.Encoder()
+
+# Writes whose replay is harmless or that carry their own natural key: their answers are not
+# stored in write_keys (Inbound dedupes on the platform's event ids in inbound_keys).
+UNRECORDED = (m.Inbound, m.Heartbeat, m.Ping, m.RenewLease)
+# Operations the writer runs on their own, outside a group commit.
+MAINTENANCE = (m.Checkpoint, m.Backup, m.FtsRebuild)
+
+TURN_ROLES = ("assistant", "tool", "system", "summary")
+
+
+class Rejected(Exception):
+    """A request that cannot be applied: its error ack carries ``code`` and the message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# An event before its epoch and sequence number are known: (topic, struct class, fields).
+Pending = tuple[str, type, dict]
+
+
+def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
+    """Apply one write inside the caller's transaction; append the events it makes to ``events``."""
+    match op:
+        case m.Inbound():
+            return _inbound(conn, op, now, events)
+        case m.ClaimTurn():
+            claim = turn_store.claim_next(conn, op.worker, _lease(op.lease_s), now)
+            return m.NoWork() if claim is None else m.TurnClaim(**claim._asdict())
+        case m.RenewLease():
+            return _renew(conn, op, now)
+        case m.AppendTurn():
+            if op.role not in TURN_ROLES:
+                raise Rejected("invalid", f"role must be one of {', '.join(TURN_ROLES)}, not {op.role!r}")
+            _need_session(conn, op.session_id)
+            turn_id = turn_store.add_turn(conn, op.session_id, op.role, op.content, op.meta, now)
+            return m.Stored(id=turn_id)
+        case m.FinishTurn():
+            return _finish(conn, op, now, events)
+        case m.ReleaseTurn():
+            session_id = turn_store.session_of(conn, op.turn_id)
+            if session_id is None or not turn_store.release(conn, op.turn_id, op.worker):
+                raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
+            events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": session_id, "turn_id": op.turn_id}))
+            return m.Done()
+        case m.EnqueueOutbox():
+            if op.session_id:
+                _need_session(conn, op.session_id)
+            ids = _enqueue(conn, op.session_id or None, None, op.instance, op.chat, op.replies, now, events)
+            return m.Queued(ids=ids)
+        case m.ClaimOutbox():
+            items = outbox_store.claim(conn, op.instances, op.worker, max(1, op.limit), _lease(op.lease_s), now)
+            return m.OutboxClaim(items=[m.OutboxItem(**i._asdict()) for i in items], lease_until=now + _lease(op.lease_s))
+        case m.OutboxSent():
+            row = _held_outbox(conn, op.id)
+            if not outbox_store.mark_sent(conn, op.id, op.worker, op.platform_msg_id, now):
+                raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
+            events.append((m.topic_outbox(row.instance), m.OutboxPending,
+                           {"instance": row.instance, "chat": row.chat, "outbox_id": 0}))
+            return m.Done()
+        case m.OutboxFailed():
+            _held_outbox(conn, op.id)
+            if not outbox_store.mark_failed(conn, op.id, op.worker, op.error, op.retry_after_s, now):
+                raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
+            return m.Done()
+        case m.ReleaseOutbox():
+            for outbox_id in op.ids:
+                row = outbox_store.get(conn, outbox_id)
+                if row is not None and outbox_store.release(conn, outbox_id, op.worker):
+                    events.append((m.topic_outbox(row.instance), m.OutboxPending,
+                                   {"instance": row.instance, "chat": row.chat, "outbox_id": outbox_id}))
+            return m.Done()
+        case m.Heartbeat():
+            beat_store.record(conn, op.service, op.pid, op.state, op.detail, now)
+            return m.Done()
+        case m.Ping():
+            return m.Done()
+    raise Rejected("invalid", f"{type(op).__name__} is not a write the writer applies in a batch")
+
+
+def _lease(seconds: float) -> float:
+    if not 0 < seconds <= 3600:
+        raise Rejected("invalid", f"lease_s must be in (0, 3600], not {seconds}")
+    return seconds
+
+
+def _inbound(conn, op: m.Inbound, now: float, events: list[Pending]) -> m.Accepted:
+    if not op.dedupe_keys:
+        raise Rejected("invalid", "an inbound message needs at least one dedupe key (the platform's event id)")
+    first = keys_store.inbound_turn(conn, op.dedupe_keys)
+    if first is not None:
+        return m.Accepted(turn_id=first, session_id=turn_store.session_of(conn, first) or 0, duplicate=True)
+    session_id = session_store.open_session(conn, op.agent, op.instance, op.chat, now)
+    turn_id = turn_store.add_user_turn(
+        conn, session_id, op.text, op.sender, op.sender_name, op.platform_msg_id, op.reply_to,
+        _json.encode(op.attachments).decode(), op.meta, now,
+    )
+    keys_store.remember_inbound(conn, op.dedupe_keys, turn_id, now)
+    events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": session_id, "turn_id": turn_id}))
+    return m.Accepted(turn_id=turn_id, session_id=session_id)
+
+
+
+def _renew(conn, op: m.RenewLease, now: float) -> m.Leased:
+    lease_s = _lease(op.lease_s)
+    if op.kind == "turn":
+        until = turn_store.renew(conn, op.id, op.worker, lease_s, now)
+    elif op.kind == "outbox":
+        until = outbox_store.renew(conn, op.id, op.worker, lease_s, now)
+    else:
+        raise Rejected("invalid", f"kind must be turn or outbox, not {op.kind!r}")
+    if until is None:
+        raise Rejected("lease_lost", f"{op.kind} {op.id} is not held by {op.worker}")
+    return m.Leased(lease_until=until)
+
+
+def _finish(conn, op: m.FinishTurn, now: float, events: list[Pending]) -> m.Queued:
+    turn = turn_store.get(conn, op.turn_id)
+    if turn is None:
+        raise Rejected("not_found", f"turn {op.turn_id} does not exist")
+    if not turn_store.finish(conn, op.turn_id, op.worker, op.ok, op.error, now):
+        raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
+    session = session_store.get(conn, turn.session_id)
+    if op.answer:
+        turn_store.add_turn(conn, turn.session_id, "assistant", op.answer, op.meta, now)
+    session_store.touch(conn, turn.session_id, now)
+    ids = _enqueue(conn, turn.session_id, op.turn_id, session.instance, session.chat, op.replies, now, events)
+    # the session's next turn (if any) may run now
+    events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": turn.session_id, "turn_id": 0}))
+    return m.Queued(ids=ids)
+
+
+def _enqueue(conn, session_id, turn_id, instance: str, chat: str, replies: list[m.Reply], now: float,
+             events: list[Pending]) -> list[int]:
+    ids = []
+    for reply in replies:
+        if not reply.text and not reply.file_path:
+            raise Rejected("invalid", "a reply needs text or a file")
+        outbox_id = outbox_store.enqueue(
+            conn, session_id, turn_id, instance, chat, reply.text, reply.file_path, reply.reply_to, now
+        )
+        ids.append(outbox_id)
+        events.append((m.topic_outbox(instance), m.OutboxPending,
+                       {"instance": instance, "chat": chat, "outbox_id": outbox_id}))
+    return ids
+
+
+def _need_session(conn, session_id: int) -> None:
+    if session_store.get(conn, session_id) is None:
+        raise Rejected("not_found", f"session {session_id} does not exist")
+
+
+def _held_outbox(conn, outbox_id: int) -> outbox_store.Row:
+    row = outbox_store.get(conn, outbox_id)
+    if row is None:
+        raise Rejected("not_found", f"outbox row {outbox_id} does not exist")
+    return row

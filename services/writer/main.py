@@ -1,0 +1,297 @@
+"""The writer: the one read-write SQLite connection, applying bus write requests in group commits.
+
+Loop: wait for requests (bounded poll), drain up to ``batch_max``, apply them in one transaction
+(each in a savepoint, so one failure does not sink the batch), commit, then ack each and publish
+the committed changes. Maintenance (checkpoints, backup steps, pruning) runs between batches.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import apsw
+import msgspec
+import zmq
+
+from common import bus, db
+from common.errors import StarlingError
+from common.service import Service, boot, notify_systemd, watchdog_interval_s
+from common.stores import db_store, keys_store, schema_store
+from schema import messages as m
+from services.writer import apply as ops
+from services.writer.maintenance import Maintenance
+
+POLL_MAX_MS = 200
+LOG_EVERY_BAD = 100  # after the first 10 bad frames of a kind, log one in this many
+
+
+class Writer:
+    def __init__(self, svc: Service, conn: apsw.Connection) -> None:
+        self.svc = svc
+        self.log = svc.log
+        self.conn = conn
+        self.key = svc.key
+        self.batch_max = svc.cfg.writer.batch_max
+        self.epoch = uuid.uuid4().hex[:16]
+        self.seqs: dict[str, int] = {}
+        self.bad = Counter()
+        self.schema_version = schema_store.version(conn)
+        self.maint = Maintenance(conn, svc.paths.db_file, svc.cfg.writer.checkpoint_interval_s,
+                                 svc.cfg.writer.wal_truncate_mb, svc.log)
+        self.beat_s = svc.cfg.bus.heartbeat_ivl_ms / 1000
+        self.next_beat = 0.0
+        self.watchdog_s = watchdog_interval_s()
+        self.next_watchdog = 0.0
+        ctx = zmq.Context.instance()
+        self.router = ctx.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        bus.tune(self.router, svc.cfg.bus.heartbeat_ivl_ms)
+        self.pub = ctx.socket(zmq.PUB)
+        bus.tune(self.pub, svc.cfg.bus.heartbeat_ivl_ms)
+        self.pub.setsockopt(zmq.SNDHWM, 100_000)
+        for sock, endpoint in ((self.router, svc.endpoints.writer), (self.pub, svc.endpoints.events)):
+            _unlink_stale_ipc(endpoint)
+            sock.bind(endpoint)
+        self.poller = zmq.Poller()
+        self.poller.register(self.router, zmq.POLLIN)
+        self.backup_waiters: list[tuple[bytes, int]] = []
+
+    # ------------------------------------------------------------ receiving
+
+    def _drop(self, reason: str, **detail: object) -> None:
+        self.bad[reason] += 1
+        count = self.bad[reason]
+        if count <= 10 or count % LOG_EVERY_BAD == 0:
+            self.log.warning("frame_dropped", reason=reason, count=count, **detail)
+
+    def _decode(self, frames: list[bytes]) -> tuple[bytes, m.Request] | None:
+        if len(frames) != 3:
+            self._drop("malformed", parts=len(frames))
+            return None
+        ident, tag, payload = frames
+        if len(tag) != bus.MAC_BYTES or not bus.verify(self.key, tag, payload):
+            self._drop("unauthenticated", size=len(payload))
+            return None
+        try:
+            return ident, bus.request_decoder.decode(payload)
+        except msgspec.ValidationError as exc:
+            self._drop("invalid", error=str(exc))
+        except msgspec.DecodeError:
+            self._drop("undecodable", size=len(payload))
+        return None
+
+    def _drain(self) -> list[tuple[bytes, m.Request]]:
+        batch = []
+        while len(batch) < self.batch_max:
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            decoded = self._decode(frames)
+            if decoded is not None:
+                batch.append(decoded)
+        return batch
+
+    # ------------------------------------------------------------ sending
+
+    def _send_ack(self, ident: bytes, ack: m.Ack) -> None:
+        if ident:  # the writer's own requests (its heartbeat) have no one to ack
+            self._send_raw(ident, bus.encode(ack))
+
+    def _send_raw(self, ident: bytes, payload: bytes) -> None:
+        try:
+            self.router.send_multipart([ident, bus.mac(self.key, payload), payload], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY) or its queue is full
+            self._drop("ack_undeliverable", error=exc.strerror)
+
+    def _publish(self, topic: str, cls: type, fields: dict) -> None:
+        seq = self.seqs.get(topic, 0) + 1
+        self.seqs[topic] = seq
+        payload = bus.encode(cls(epoch=self.epoch, seq=seq, **fields))
+        raw_topic = topic.encode()
+        try:
+            self.pub.send_multipart([raw_topic, bus.mac(self.key, payload, raw_topic), payload], zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # subscribers see the gap and re-read
+
+    # ------------------------------------------------------------ applying
+
+    def _commit_batch(self, batch: list[tuple[bytes, m.Request]]) -> None:
+        now = time.time()
+        acks: list[tuple[bytes, m.Ack]] = []
+        events: list[ops.Pending] = []
+        later: list[tuple[bytes, m.Request]] = []
+        db_store.begin(self.conn)
+        try:
+            for ident, req in batch:
+                if isinstance(req.op, ops.MAINTENANCE):
+                    later.append((ident, req))
+                    continue
+                acks.append((ident, self._apply_one(req, now, events)))
+            db_store.commit(self.conn)
+        except apsw.Error as exc:
+            db_store.rollback(self.conn)
+            self.log.error("commit_failed", error=str(exc), batch=len(batch))
+            failed = m.Ack(id=0, ok=False, code="internal", error=f"commit failed: {exc}")
+            for ident, req in batch:
+                self._send_ack(ident, msgspec.structs.replace(failed, id=req.id))
+            return
+        for ident, ack in acks:
+            self._send_ack(ident, ack)
+        for topic, cls, fields in events:
+            self._publish(topic, cls, fields)
+        self.maint.after_commit()
+        for ident, req in later:
+            self._maintenance(ident, req)
+
+    def _apply_one(self, req: m.Request, now: float, events: list[ops.Pending]) -> m.Ack:
+        record = not isinstance(req.op, ops.UNRECORDED)
+        if record:
+            answer = keys_store.answer(self.conn, req.key)
+            if answer is not None:
+                return m.Ack(id=req.id, ok=True, result=bus.result_decoder.decode(answer))
+        mark = len(events)
+        db_store.savepoint(self.conn)
+        try:
+            result = ops.apply(self.conn, req.op, now, events)
+            if record:
+                keys_store.remember_answer(self.conn, req.key, bus.encode(result), now)
+            db_store.release(self.conn)
+            return m.Ack(id=req.id, ok=True, result=result)
+        except ops.Rejected as exc:
+            code, error = exc.code, str(exc)
+        except apsw.ConstraintError as exc:
+            code, error = "conflict", str(exc)
+        except apsw.Error as exc:
+            code, error = "internal", str(exc)
+            self.log.error("write_failed", op=type(req.op).__name__, error=error)
+        db_store.rollback_to(self.conn)
+        del events[mark:]
+        return m.Ack(id=req.id, ok=False, code=code, error=error)
+
+    def _maintenance(self, ident: bytes, req: m.Request) -> None:
+        op = req.op
+        try:
+            match op:
+                case m.Checkpoint():
+                    busy, log_pages, done = self.maint.checkpoint(op.mode)
+                    result = m.Checkpointed(busy=busy, wal_pages=log_pages, checkpointed_pages=done)
+                case m.FtsRebuild():
+                    started = time.monotonic()
+                    self.maint.rebuild_fts()
+                    self.log.info("fts_rebuilt", seconds=round(time.monotonic() - started, 3))
+                    result = m.Done()
+                case m.Backup():
+                    self.maint.start_backup(Path(op.path))
+                    self.backup_waiters.append((ident, req.id))
+                    return
+        except (apsw.Error, ValueError, OSError) as exc:
+            self._send_ack(ident, m.Ack(id=req.id, ok=False, code="internal", error=str(exc)))
+            return
+        self._send_ack(ident, m.Ack(id=req.id, ok=True, result=result))
+
+    def _step_backup(self) -> None:
+        try:
+            job = self.maint.step_backup()
+        except (apsw.Error, OSError) as exc:
+            self.maint.abort_backup()
+            self.log.error("backup_failed", error=str(exc))
+            for ident, request_id in self.backup_waiters:
+                self._send_ack(ident, m.Ack(id=request_id, ok=False, code="internal", error=str(exc)))
+            self.backup_waiters = []
+            return
+        if job is None:
+            return
+        seconds = time.monotonic() - job.started
+        self.log.info("backup_done", path=str(job.target), pages=job.pages, seconds=round(seconds, 3))
+        result = m.BackedUp(path=str(job.target), pages=job.pages, seconds=seconds)
+        for ident, request_id in self.backup_waiters:
+            self._send_ack(ident, m.Ack(id=request_id, ok=True, result=result))
+        self.backup_waiters = []
+
+    # ------------------------------------------------------------ the loop
+
+    def _beat(self, now_mono: float) -> None:
+        if now_mono >= self.next_beat:
+            self.next_beat = now_mono + self.beat_s
+            self._publish(m.TOPIC_BEAT, m.WriterBeat, {"schema_version": self.schema_version, "seqs": dict(self.seqs)})
+            self._commit_batch([(b"", m.Request(id=0, key="", op=m.Heartbeat(service="writer", pid=os.getpid())))])
+        if self.watchdog_s and now_mono >= self.next_watchdog:
+            self.next_watchdog = now_mono + self.watchdog_s
+            notify_systemd("WATCHDOG=1")
+
+    def run(self) -> None:
+        self.log.info("ready", db=str(self.svc.paths.db_file), schema_version=self.schema_version,
+                      writer=self.svc.endpoints.writer, events=self.svc.endpoints.events, epoch=self.epoch)
+        notify_systemd("READY=1")
+        while not self.svc.stopping.is_set():
+            now = time.monotonic()
+            self._beat(now)
+            self.maint.on_timer(now)
+            if self.maint.backup is not None:
+                timeout = 0
+            else:
+                due = min(self.next_beat, self.maint.next_due())
+                timeout = max(0, min(POLL_MAX_MS, int((due - now) * 1000) + 1))
+            if self.poller.poll(timeout):
+                batch = self._drain()
+                if batch:
+                    self._commit_batch(batch)
+            self._step_backup()
+        self.stop()
+
+    def stop(self) -> None:
+        notify_systemd("STOPPING=1")
+        batch = self._drain()  # what already arrived is committed and acked before we go
+        if batch:
+            self._commit_batch(batch)
+        self.maint.abort_backup()
+        for ident, request_id in self.backup_waiters:
+            self._send_ack(ident, m.Ack(id=request_id, ok=False, code="internal", error="the writer stopped"))
+        try:
+            self.maint.checkpoint("TRUNCATE")
+        except apsw.Error as exc:
+            self.log.warning("final_checkpoint_failed", error=str(exc))
+        self.router.close(linger=bus.LINGER_MS)
+        self.pub.close(linger=bus.LINGER_MS)
+        self.conn.close()
+        self.log.info("stopped", dropped_frames=dict(self.bad))
+
+
+def _unlink_stale_ipc(endpoint: str) -> None:
+    """A socket file left by a killed writer would make bind fail; only the writer binds these."""
+    if endpoint.startswith("ipc://"):
+        Path(endpoint[len("ipc://"):]).unlink(missing_ok=True)
+
+
+def open_database(svc: Service) -> apsw.Connection:
+    conn = db.open_writer(svc.paths.db_file, svc.cfg.writer.busy_timeout_ms)
+    before, after = schema_store.migrate(
+        conn, svc.paths.db_file, progress=lambda n, name: svc.log.info("migrating", migration=name)
+    )
+    if before != after:
+        svc.log.info("migrated", schema_from=before, schema_to=after)
+    return conn
+
+
+def main(argv: list[str] | None = None) -> int:
+    svc = boot("writer", argv, description="Starling's single SQLite writer")
+    try:
+        conn = open_database(svc)
+    except StarlingError as exc:
+        svc.log.error("startup_failed", error=str(exc))
+        return 1
+    writer = Writer(svc, conn)
+    if writer.maint.backfill_fts():
+        svc.log.info("fts_backfilled")
+    writer.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The writer's housekeeping: WAL checkpoints, online backups in steps, FTS rebuild, old answer keys."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+
+from common.stores import db_store, keys_store, recall_store
+
+BACKUP_STEP_PAGES = 1024  # pages copied per loop turn: writes go on between steps
+ANSWER_KEYS_KEEP_S = 24 * 3600
+PRUNE_EVERY_S = 60.0
+PRUNE_BATCH = 5000
+
+
+@dataclass
+class BackupJob:
+    """One online backup in progress: SQLite's backup API, stepped between group commits."""
+
+    target: Path
+    temp: Path
+    dest: apsw.Connection
+    backup: object
+    requesters: list[tuple[bytes, int]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    pages: int = 0
+
+
+class Maintenance:
+    def __init__(self, conn: apsw.Connection, db_file: Path, checkpoint_interval_s: float, wal_truncate_mb: float,
+                 log) -> None:
+        self.conn = conn
+        self.wal_file = Path(str(db_file) + "-wal")
+        self.interval = checkpoint_interval_s
+        self.truncate_bytes = int(wal_truncate_mb * 1024 * 1024)
+        self.passive_bytes = min(self.truncate_bytes // 4, 4 * 1024 * 1024)
+        self.log = log
+        self.next_checkpoint = time.monotonic() + self.interval
+        self.next_prune = time.monotonic() + PRUNE_EVERY_S
+        self.wal_at_last_checkpoint = 0
+        self.backup: BackupJob | None = None
+
+    def wal_bytes(self) -> int:
+        try:
+            return os.stat(self.wal_file).st_size
+        except FileNotFoundError:
+            return 0
+
+    def checkpoint(self, mode: str) -> tuple[int, int, int]:
+        result = db_store.checkpoint(self.conn, mode)
+        self.wal_at_last_checkpoint = self.wal_bytes()
+        self.next_checkpoint = time.monotonic() + self.interval
+        return result
+
+    def after_commit(self) -> None:
+        """TRUNCATE when the WAL passed its bound; PASSIVE when it grew a few MB since the last one."""
+        size = self.wal_bytes()
+        if size >= self.truncate_bytes:
+            busy, log_pages, done = self.checkpoint("TRUNCATE")
+            self.log.info("wal_truncated", wal_bytes=size, busy=busy, wal_pages=log_pages, checkpointed=done)
+        elif size - self.wal_at_last_checkpoint >= self.passive_bytes:
+            self.checkpoint("PASSIVE")
+
+    def on_timer(self, now: float) -> None:
+        if now >= self.next_checkpoint:
+            self.checkpoint("PASSIVE")
+        if now >= self.next_prune:
+            self.next_prune = now + PRUNE_EVERY_S
+            db_store.begin(self.conn)
+            try:
+                removed = keys_store.prune_answers(self.conn, time.time() - ANSWER_KEYS_KEEP_S, PRUNE_BATCH)
+            except BaseException:
+                db_store.rollback(self.conn)
+                raise
+            db_store.commit(self.conn)
+            if removed:
+                self.log.info("answer_keys_pruned", removed=removed)
+
+    def next_due(self) -> float:
+        return min(self.next_checkpoint, self.next_prune)
+
+    def start_backup(self, target: Path) -> BackupJob:
+        if self.backup is not None:
+            return self.backup
+        target = target.expanduser().absolute()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.with_name(f".{target.name}.partial")
+        temp.unlink(missing_ok=True)
+        fd = os.open(temp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        os.close(fd)
+        dest = apsw.Connection(str(temp))
+        self.backup = BackupJob(target, temp, dest, dest.backup("main", self.conn, "main"))
+        return self.backup
+
+    def step_backup(self) -> BackupJob | None:
+        """Copy one step; return the job when it is finished (file in place), else None."""
+        job = self.backup
+        if job is None:
+            return None
+        job.backup.step(BACKUP_STEP_PAGES)
+        job.pages = job.backup.pagecount
+        if not job.backup.done:
+            return None
+        job.backup.finish()
+        job.dest.close()
+        os.replace(job.temp, job.target)
+        dir_fd = os.open(job.target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.backup = None
+        return job
+
+    def abort_backup(self) -> None:
+        job = self.backup
+        if job is None:
+            return
+        try:
+            job.backup.finish()
+        except apsw.Error:
+            pass
+        job.dest.close()
+        job.temp.unlink(missing_ok=True)
+        self.backup = None
+
+    def rebuild_fts(self) -> None:
+        db_store.begin(self.conn)
+        try:
+            recall_store.rebuild(self.conn)
+        except BaseException:
+            db_store.rollback(self.conn)
+            raise
+        db_store.commit(self.conn)
+
+    def backfill_fts(self) -> bool:
+        """At open: rebuild the recall index when it holds fewer documents than there are turns."""
+        if not recall_store.needs_backfill(self.conn):
+            return False
+        self.rebuild_fts()
+        return True
