@@ -1,0 +1,502 @@
+"""config.toml: its typed shape, its defaults, its validation, and errors that name file and key.
+
+Paths in the file (data_dir, agents_dir, workspace_dir, session_memory.active_dir) stay the strings
+the operator wrote; `common.home.paths_for` resolves them against the config file's folder.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, field
+
+from common.errors import ConfigError
+
+ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+Ident = Annotated[str, Meta(pattern=ID_PATTERN)]
+SecretName = Annotated[str, Meta(pattern=SECRET_NAME_PATTERN)]
+Positive = Annotated[int, Meta(gt=0)]
+Days = Annotated[int, Meta(ge=1)]
+
+_ENDPOINT_SCHEMES = ("ipc://", "tcp://")
+
+
+class _FieldError(ValueError):
+    """Raised from __post_init__ so the error names the offending key, not just its section."""
+
+    def __init__(self, field_name: str, reason: str) -> None:
+        self.field_name = field_name
+        self.reason = reason
+        super().__init__(f"{field_name}: {reason}")
+
+
+def _check_listen(field_name: str, value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise _FieldError(field_name, f"expected host:port, e.g. 127.0.0.1:7820, got {value!r}")
+
+
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Base of config structs: forbid_unknown_fields and frozen are inherited; kw_only is not."""
+
+
+class Control(_Section, kw_only=True):
+    listen: str = "127.0.0.1:7820"
+
+    def __post_init__(self) -> None:
+        _check_listen("listen", self.listen)
+
+
+class Runner(_Section, kw_only=True):
+    processes: Annotated[int, Meta(ge=1, le=64)] = 2
+
+
+class Conversation(_Section, kw_only=True):
+    max_conversation_turns: Positive = 200
+    max_context_ratio: Annotated[float, Meta(gt=0, le=1)] = 0.8
+
+
+_PROVIDER_DEFAULT_URL = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+
+
+class Provider(_Section, kw_only=True):
+    """A model endpoint. base_url and api_key default by kind; api_key is a secret's name."""
+
+    kind: Literal["openai", "anthropic"] = "openai"
+    base_url: str = ""
+    api_key: Annotated[str, Meta(pattern=r"^$|" + SECRET_NAME_PATTERN)] = ""
+    model: Annotated[str, Meta(min_length=1)]
+    context_window: Positive = 128000
+
+    def __post_init__(self) -> None:
+        if not self.base_url:
+            msgspec.structs.force_setattr(self, "base_url", _PROVIDER_DEFAULT_URL[self.kind])
+        if not self.api_key:
+            msgspec.structs.force_setattr(self, "api_key", self.kind)
+
+
+def _default_providers() -> dict[str, Provider]:
+    return {"default": Provider(model="gpt-4o-mini")}
+
+
+class _Gateway(_Section, kw_only=True):
+    id: Ident
+    agent: Ident = "default"
+    allow: list[str | int] = []  # normalised to list[str]: TOML users write Telegram ids as ints
+    listen: str  # each platform sets its own default port
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "allow", [str(x) for x in self.allow])
+        _check_listen("listen", self.listen)
+
+
+class Telegram(_Gateway, kw_only=True):
+    token: SecretName = "telegram-main"
+    mode: Literal["polling", "webhook"] = "polling"
+    api_base: str = "https://api.telegram.org"
+    listen: str = "127.0.0.1:7830"
+    public_url: str = ""
+    secret_token: SecretName = "telegram-main-webhook"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode == "webhook" and not self.public_url:
+            raise _FieldError("public_url", "required when mode = \"webhook\"")
+
+
+class Slack(_Gateway, kw_only=True):
+    mode: Literal["socket", "events"] = "socket"
+    bot_token: SecretName = "slack-bot"
+    app_token: SecretName = "slack-app"
+    signing_secret: SecretName = "slack-signing"
+    api_base: str = "https://slack.com/api"
+    listen: str = "127.0.0.1:7831"
+
+
+class WhatsApp(_Gateway, kw_only=True):
+    mode: Literal["cloud", "linked"] = "cloud"
+    phone_number_id: str = ""
+    access_token: SecretName = "whatsapp-token"
+    app_secret: SecretName = "whatsapp-app-secret"
+    verify_token: SecretName = "whatsapp-verify"
+    api_base: str = "https://graph.facebook.com/v21.0"
+    listen: str = "127.0.0.1:7832"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode == "cloud" and not self.phone_number_id:
+            raise _FieldError("phone_number_id", "required when mode = \"cloud\"")
+
+
+class Gateways(_Section, kw_only=True):
+    telegram: list[Telegram] = []
+    slack: list[Slack] = []
+    whatsapp: list[WhatsApp] = []
+
+    def __post_init__(self) -> None:
+        # ids are unique across platforms: "instance:chat" (cron --deliver-to, alert_to) names one
+        seen: dict[str, str] = {"cli": "the terminal (`starling chat`)"}
+        for platform in ("telegram", "slack", "whatsapp"):
+            for i, gw in enumerate(getattr(self, platform)):
+                if gw.id in seen:
+                    raise _FieldError(f"{platform}[{i}].id", f"gateway id {gw.id!r} is already used by {seen[gw.id]}")
+                seen[gw.id] = f"gateways.{platform}[{i}]"
+
+    def all(self) -> list[Telegram | Slack | WhatsApp]:
+        return [*self.telegram, *self.slack, *self.whatsapp]
+
+
+class Scheduler(_Section, kw_only=True):
+    poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
+
+
+class Retention(_Section, kw_only=True):
+    session_days: Days = 30
+    audit_days: Days = 30
+    job_log_days: Days = 14
+    tool_output_days: Days = 2
+    scratchpad_days: Days = 3
+
+
+class Reset(_Section, kw_only=True):
+    mode: Literal["none", "daily", "idle"] = "none"
+    boundary_hour: Annotated[int, Meta(ge=0, le=23)] = 4
+    idle_minutes: Positive = 120
+
+
+class SessionMemory(_Section, kw_only=True):
+    active_dir: str = ""
+    retention_days: Days = 3
+    reset: Reset = field(default_factory=Reset)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.active_dir)
+
+
+class Health(_Section, kw_only=True):
+    heartbeat_interval_ms: Positive = 60000
+    disk_warn_threshold_mb: Positive = 1024
+    wal_warn_threshold_mb: Positive = 100
+    alert_to: str = ""
+
+
+class Writer(_Section, kw_only=True):
+    batch_max: Annotated[int, Meta(ge=1, le=100000)] = 512
+    checkpoint_interval_s: Annotated[float, Meta(gt=0)] = 2.0
+    wal_truncate_mb: Positive = 64
+    busy_timeout_ms: Positive = 5000
+
+
+class Bus(_Section, kw_only=True):
+    writer_endpoint: str = ""
+    events_endpoint: str = ""
+    request_timeout_ms: Positive = 2000
+    window: Positive = 256
+    heartbeat_ivl_ms: Positive = 1000
+
+    def __post_init__(self) -> None:
+        for name in ("writer_endpoint", "events_endpoint"):
+            value = getattr(self, name)
+            if value and not value.startswith(_ENDPOINT_SCHEMES):
+                raise _FieldError(name, f"expected \"\" or an ipc:// or tcp:// endpoint, got {value!r}")
+
+
+class Config(_Section, kw_only=True):
+    data_dir: Annotated[str, Meta(min_length=1)] = "data"
+    agents_dir: Annotated[str, Meta(min_length=1)] = "agents"
+    workspace_dir: Annotated[str, Meta(min_length=1)] = "workspace"
+    control: Control = field(default_factory=Control)
+    runner: Runner = field(default_factory=Runner)
+    conversation: Conversation = field(default_factory=Conversation)
+    providers: dict[Ident, Provider] = field(default_factory=_default_providers)
+    gateways: Gateways = field(default_factory=Gateways)
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    retention: Retention = field(default_factory=Retention)
+    session_memory: SessionMemory = field(default_factory=SessionMemory)
+    health: Health = field(default_factory=Health)
+    writer: Writer = field(default_factory=Writer)
+    bus: Bus = field(default_factory=Bus)
+
+    def __post_init__(self) -> None:
+        if self.health.alert_to:
+            instance, sep, chat = self.health.alert_to.partition(":")
+            if not sep or not chat:
+                raise _FieldError("health.alert_to", "expected \"instance:chat\"")
+            if instance not in {gw.id for gw in self.gateways.all()}:
+                raise _FieldError("health.alert_to", f"no gateway with id {instance!r}")
+
+
+def referenced_secrets(cfg: Config) -> dict[str, str]:
+    """Every secret name the config refers to, mapped to the first dotted key that names it."""
+    found: dict[str, str] = {}
+    for name, provider in cfg.providers.items():
+        found.setdefault(provider.api_key, f"providers.{name}.api_key")
+    secret_fields = {
+        "telegram": ("token", "secret_token"),
+        "slack": ("bot_token", "app_token", "signing_secret"),
+        "whatsapp": ("access_token", "app_secret", "verify_token"),
+    }
+    for platform, names in secret_fields.items():
+        for i, gw in enumerate(getattr(cfg.gateways, platform)):
+            for attr in names:
+                found.setdefault(getattr(gw, attr), f"gateways.{platform}[{i}].{attr}")
+    return found
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+_AT = re.compile(r"^(?P<msg>.*?)(?: - at (?P<in_key>`key` in )?`\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_DICT_KEY = object()  # stands for msgspec's `[...]`, a dict key it does not print
+_PATTERN_HELP = {
+    ID_PATTERN: "an id: 1-32 characters of a-z 0-9 _ -, starting with a letter or digit",
+    SECRET_NAME_PATTERN: "a secret's name (1-64 characters of A-Z a-z 0-9 _ . -), not its value",
+}
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate config.toml; every failure is a ConfigError naming file, key and reason."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(path, "-", "file not found; run `starling init`") from None
+    except OSError as e:
+        raise ConfigError(path, "-", f"cannot read: {e.strerror}") from None
+    try:
+        return msgspec.toml.decode(data, type=Config)
+    except msgspec.ValidationError as e:
+        key, reason = _explain(e, msgspec.toml.decode(data))
+        raise ConfigError(path, key, reason) from None
+    except msgspec.DecodeError as e:
+        raise ConfigError(path, "-", f"invalid TOML: {e}") from None
+
+
+def _explain(err: msgspec.ValidationError, raw: dict[str, Any]) -> tuple[str, str]:
+    """Turn msgspec's message and `$.a.b[0]` path into a dotted key and an operator's reason."""
+    match = _AT.match(str(err))
+    assert match is not None
+    msg, segments = match["msg"], _parse_path(match["path"] or "")
+    if match["in_key"]:
+        segments.append(_DICT_KEY)
+    if _DICT_KEY in segments:
+        segments = _name_dict_keys(segments, raw)
+    cause = err.__cause__
+    if isinstance(cause, _FieldError):
+        return _render(segments + _parse_path("." + cause.field_name)), cause.reason
+    if m := re.match(r"Object contains unknown field `(.*)`$", msg):
+        allowed = _struct_fields(_type_at(segments))
+        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+        return _render([*segments, m[1]]), f"unknown key{hint}"
+    if m := re.match(r"Object missing required field `(.*)`$", msg):
+        return _render([*segments, m[1]]), "required key is missing"
+    if m := re.match(r"Invalid enum value (.*)$", msg):
+        target = _type_at(segments)
+        if typing.get_origin(target) is Literal:
+            choices = " | ".join(f'"{v}"' for v in typing.get_args(target))
+            return _render(segments), f"expected one of {choices}, got {m[1]}"
+    for pattern, help_text in _PATTERN_HELP.items():
+        if msg.startswith("Expected `str` matching regex") and pattern in msg:
+            # Never echo a value that failed the secret-name pattern: it may be the secret itself.
+            value = segments[-1] if match["in_key"] else _value_at(raw, segments)
+            got = "" if pattern == SECRET_NAME_PATTERN else f", got {value!r}"
+            return _render(segments), f"expected {help_text}{got}"
+    if re.match(r"Expected `(int|float)` [<>]=? ", msg):
+        return _render(segments), f"e{msg[1:]}, got {_value_at(raw, segments)!r}"
+    return _render(segments), msg[:1].lower() + msg[1:]
+
+
+def _parse_path(path: str) -> list[Any]:
+    segments: list[Any] = []
+    for name, index in _SEGMENT.findall(path):
+        if name:
+            segments.append(name)
+        elif index == "...":
+            segments.append(_DICT_KEY)
+        else:
+            segments.append(int(index))
+    return segments
+
+
+def _render(segments: list[Any]) -> str:
+    out = ""
+    for seg in segments:
+        out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else str(seg))
+    return out or "-"
+
+
+def _strip(tp: Any) -> Any:
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def _type_at(segments: list[Any]) -> Any:
+    """The annotated type of the config value at `segments`, or None when the walk gets lost."""
+    tp: Any = Config
+    for seg in segments:
+        tp = _strip(tp)
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+            tp = typing.get_type_hints(tp, include_extras=True).get(seg)
+        elif typing.get_origin(tp) is list and isinstance(seg, int):
+            tp = typing.get_args(tp)[0]
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    return _strip(tp)
+
+
+def _struct_fields(tp: Any) -> tuple[str, ...]:
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return tp.__struct_fields__
+    return ()
+
+
+def _name_dict_keys(segments: list[Any], raw: Any) -> list[Any]:
+    """Replace each `[...]` with the dict key whose value fails validation (the first, as msgspec)."""
+    named: list[Any] = []
+    for seg in segments:
+        if seg is _DICT_KEY and isinstance(raw, dict):
+            key_type, value_type = typing.get_args(_type_at(named))
+            for key, value in raw.items():
+                try:
+                    msgspec.convert(key, key_type)
+                    msgspec.convert(value, value_type)
+                except msgspec.ValidationError:
+                    seg = key
+                    break
+        named.append(seg)
+        raw = _child(raw, seg)
+    return named
+
+
+def _value_at(raw: Any, segments: list[Any]) -> Any:
+    for seg in segments:
+        raw = _child(raw, seg)
+    return raw
+
+
+def _child(raw: Any, seg: Any) -> Any:
+    if isinstance(raw, dict) and seg in raw:
+        return raw[seg]
+    if isinstance(raw, list) and isinstance(seg, int) and seg < len(raw):
+        return raw[seg]
+    return None
+
+
+def default_config_text() -> str:
+    """A commented config.toml that holds every key at its default; `starling init` writes it."""
+    return _DEFAULT_TEXT
+
+
+_DEFAULT_TEXT = '''\
+# Starling configuration. Unknown keys are errors. Values that are secrets are never written
+# here: keys such as api_key or token hold a secret's *name*, resolved at use from the env
+# ($NAME, then $STARLING_SECRET_NAME, upper-cased, - and . as _) or data/secrets.json
+# (`starling secret set NAME --value-stdin`).
+
+data_dir = "data"              # state: database, secrets, logs, sockets; relative to this file's folder
+agents_dir = "agents"          # persona packs, one folder per agent id
+workspace_dir = "workspace"    # agents' working directories (shared/ and private/<id>/)
+
+[control]
+listen = "127.0.0.1:7820"      # host:port of /health and the control API
+
+[runner]
+processes = 2                  # agent-turn workers (1..64)
+
+[conversation]
+max_conversation_turns = 200   # turns kept in a session's history
+max_context_ratio = 0.8        # share of the model's context window a turn may fill (0 < r <= 1)
+
+# Model endpoints by name; agents pick one. base_url and api_key default by kind.
+[providers.default]
+kind = "openai"                # openai (any OpenAI-compatible server) | anthropic
+base_url = "https://api.openai.com/v1"
+api_key = "openai"             # a secret's name
+model = "gpt-4o-mini"
+context_window = 128000        # tokens
+
+# Gateways: none by default. Each [[gateways.<platform>]] block is one bot/workspace/number;
+# ids are unique across all platforms ("cli" is taken) and match ^[a-z0-9][a-z0-9_-]{0,31}$.
+#
+# [[gateways.telegram]]
+# id = "main"                  # the gateway instance; sessions are per agent, per instance, per chat
+# agent = "default"            # the agent that answers
+# token = "telegram-main"      # a secret's name: the bot token
+# mode = "polling"             # polling | webhook
+# api_base = "https://api.telegram.org"
+# allow = []                   # sender ids; empty: unknown senders get a pairing code, nothing else
+# listen = "127.0.0.1:7830"    # webhook mode: where the webhook server binds (behind your TLS proxy)
+# public_url = ""              # webhook mode (required): the https URL Telegram posts to
+# secret_token = "telegram-main-webhook"   # webhook mode: a secret's name
+#
+# [[gateways.slack]]
+# id = "team"
+# agent = "default"
+# mode = "socket"              # socket | events
+# bot_token = "slack-bot"      # secret names: the xoxb-... bot token,
+# app_token = "slack-app"      #   the xapp-... app token (socket mode),
+# signing_secret = "slack-signing"   # the signing secret (events mode)
+# api_base = "https://slack.com/api"
+# listen = "127.0.0.1:7831"    # events mode: where the events server binds
+# allow = []                   # user ids (and channel ids)
+#
+# [[gateways.whatsapp]]
+# id = "phone"
+# agent = "default"
+# mode = "cloud"               # cloud (Meta's Cloud API) | linked (a linked device)
+# phone_number_id = ""         # cloud mode (required)
+# access_token = "whatsapp-token"          # secret names
+# app_secret = "whatsapp-app-secret"
+# verify_token = "whatsapp-verify"
+# api_base = "https://graph.facebook.com/v21.0"
+# listen = "127.0.0.1:7832"    # webhook server
+# allow = []                   # E.164 numbers
+
+[scheduler]
+poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups
+
+[retention]                    # days kept before the sweeper deletes (each >= 1)
+session_days = 30
+audit_days = 30
+job_log_days = 14
+tool_output_days = 2
+scratchpad_days = 3
+
+[session_memory]
+active_dir = ""                # off unless set, e.g. "memories" (relative to this file's folder)
+retention_days = 3
+
+[session_memory.reset]
+mode = "none"                  # none | daily | idle: when a chat starts a fresh session
+boundary_hour = 4              # daily: the local hour (0..23) at which sessions reset
+idle_minutes = 120             # idle: minutes of silence after which a session resets
+
+[health]
+heartbeat_interval_ms = 60000  # how often each service reports in
+disk_warn_threshold_mb = 1024  # degraded when free disk under data_dir falls below this
+wal_warn_threshold_mb = 100    # degraded when the WAL grows past this
+alert_to = ""                  # "instance:chat" to message when degraded; "" logs only
+
+[writer]
+batch_max = 512                # max requests applied in one group commit (1..100000)
+checkpoint_interval_s = 2.0    # PASSIVE checkpoint timer
+wal_truncate_mb = 64           # TRUNCATE checkpoint when the WAL passes this
+busy_timeout_ms = 5000
+
+[bus]
+writer_endpoint = ""           # "" = ipc://<data_dir>/run/writer.sock; tcp:// for other hosts
+events_endpoint = ""           # "" = ipc://<data_dir>/run/events.sock
+request_timeout_ms = 2000      # resend an unacked request after this
+window = 256                   # max in-flight requests per client
+heartbeat_ivl_ms = 1000        # bus heartbeat interval
+'''
