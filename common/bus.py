@@ -101,7 +101,7 @@ class _Pending:
     frames: list[bytes]
     resend_at: float
     deadline: float
-    sends: int = 1
+    sends: int = 0  # times it went out on the socket
 
 
 @dataclass
@@ -193,8 +193,10 @@ class WriterClient:
             frames = [mac(self._key, payload), payload]
             now = time.monotonic()
             future = asyncio.get_running_loop().create_future()
-            self._pending[request_id] = _Pending(future, frames, now + self._timeout_s, now + self._deadline_s)
-            self._send(frames)
+            sent = self._send(frames)
+            # an unsent request (no connection yet) is retried on the next tick, not after a timeout
+            resend_at = now + (self._timeout_s if sent else 0.0)
+            self._pending[request_id] = _Pending(future, frames, resend_at, now + self._deadline_s, int(sent))
             self.stats.sent += 1
             try:
                 ack: m.Ack = await future
@@ -240,7 +242,7 @@ class WriterClient:
             pending.future.set_result(ack)
 
     async def _resend(self) -> None:
-        tick = max(self._timeout_s / 4, 0.01)
+        tick = min(max(self._timeout_s / 4, 0.005), 0.02)
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -252,12 +254,10 @@ class WriterClient:
                     pending.future.set_exception(
                         BusTimeout(f"no ack from the writer at {self.endpoint} in {self._deadline_s:.0f}s")
                     )
-                elif now >= pending.resend_at:
-                    if self._send(pending.frames):
-                        self.stats.resent += 1
+                elif now >= pending.resend_at and self._send(pending.frames):
+                    self.stats.resent += pending.sends > 0
                     pending.sends += 1
-                    backoff = self._timeout_s * min(2 ** (pending.sends - 1), 8)
-                    pending.resend_at = now + backoff
+                    pending.resend_at = now + self._timeout_s * min(2 ** (pending.sends - 1), 8)
 
 
 # ---------------------------------------------------------------- event subscriber

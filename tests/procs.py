@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +37,15 @@ class Home:
         return bus.EventSubscriber(self.endpoints.events, self.key, topics, **kw)
 
 
-def make_home(extra_config: str = "", root: Path | None = None) -> Home:
-    """A fresh home under /tmp (short, so ipc socket paths fit) with the default config plus ``extra_config``."""
+def make_home(extra_config: str = "", root: Path | None = None, keep_config: bool = False) -> Home:
+    """A fresh home under /tmp (short, so ipc socket paths fit): the commented default config, or ``extra_config``
+    (TOML; every key it leaves out has its default).
+
+    With ``keep_config``, an existing home is opened as it is (for helper processes of a test).
+    """
     root = root or Path(tempfile.mkdtemp(prefix="st", dir="/tmp"))
-    (root / "config.toml").write_text(default_config_text() + "\n" + extra_config)
+    if not keep_config:
+        (root / "config.toml").write_text(extra_config or default_config_text())
     cfg = load_config(root / "config.toml")
     paths = paths_for(root, cfg)
     ensure_layout(paths)
@@ -92,7 +98,10 @@ class Proc:
 
 def start_writer(home: Home, timeout: float = 15.0) -> Proc:
     proc = Proc(home, "writer")
-    if not asyncio.run(_ping(home, timeout)):
+    # a thread of its own, so tests running an event loop can call this too
+    with ThreadPoolExecutor(1) as pool:
+        answered = pool.submit(asyncio.run, _ping(home, timeout)).result()
+    if not answered:
         proc.stop()
         raise RuntimeError(f"the writer did not answer in {timeout}s:\n{proc.log_text()}")
     return proc

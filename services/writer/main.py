@@ -190,7 +190,10 @@ class Writer:
                     self.maint.start_backup(Path(op.path))
                     self.backup_waiters.append((ident, req.id))
                     return
-        except (apsw.Error, ValueError, OSError) as exc:
+        except ValueError as exc:
+            self._send_ack(ident, m.Ack(id=req.id, ok=False, code="invalid", error=str(exc)))
+            return
+        except (apsw.Error, OSError) as exc:
             self._send_ack(ident, m.Ack(id=req.id, ok=False, code="internal", error=str(exc)))
             return
         self._send_ack(ident, m.Ack(id=req.id, ok=True, result=result))
