@@ -65,5 +65,5 @@ def wait_for_schema(db_file: Path, timeout_s: float = 30.0, poll_s: float = 0.05
             conn.close()
             last = f"schema version {current}, waiting for {expected}"
         if time.monotonic() >= deadline:
-            raise SchemaNotReady(db_file, f"{last} after {timeout_s:.0f}s; is the writer running?")
+            raise SchemaNotReady(db_file, f"{last} after {timeout_s:g}s; is the writer running?")
         time.sleep(poll_s)

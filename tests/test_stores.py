@@ -50,7 +50,9 @@ def conn(db_file: Path, migrated_file: Path) -> apsw.Connection:
     c.close()
 
 
-def new_session(conn: apsw.Connection, chat: str = "chat-1", agent: str = "main", instance: str = "tg") -> int:
+def new_session(
+    conn: apsw.Connection, chat: str = "chat-1", agent: str = "main", instance: str = "tg"
+) -> int:
     return session_store.open_session(conn, agent, instance, chat, T0)
 
 
@@ -58,7 +60,9 @@ def user_turn(conn: apsw.Connection, session_id: int, text: str = "hello", now: 
     return turn_store.add_user_turn(conn, session_id, text, "alice", "Alice", "m1", "", "[]", "{}", now)
 
 
-def enqueue(conn: apsw.Connection, chat: str = "c1", instance: str = "tg", text: str = "hi", now: float = T0) -> int:
+def enqueue(
+    conn: apsw.Connection, chat: str = "c1", instance: str = "tg", text: str = "hi", now: float = T0
+) -> int:
     return outbox_store.enqueue(conn, None, None, instance, chat, text, "", "", now)
 
 
@@ -675,19 +679,19 @@ def test_prune_inbound_removes_at_most_limit(conn):
 
 def test_record_then_all_beats_returns_the_beat(conn):
     beat_store.record(conn, "writer", 100, "ok", "", T0)
-    assert [beat_store.Beat("writer", 100, "ok", "", T0, T0)] == beat_store.all_beats(conn)
+    assert [beat_store.Beat("writer", 100, "ok", "", T0, T0, 1)] == beat_store.all_beats(conn)
 
 
 def test_record_with_the_same_pid_keeps_started_at(conn):
     beat_store.record(conn, "writer", 100, "starting", "", T0)
     beat_store.record(conn, "writer", 100, "ok", "queue 3", T0 + 10)
-    assert [beat_store.Beat("writer", 100, "ok", "queue 3", T0, T0 + 10)] == beat_store.all_beats(conn)
+    assert [beat_store.Beat("writer", 100, "ok", "queue 3", T0, T0 + 10, 1)] == beat_store.all_beats(conn)
 
 
 def test_record_with_a_new_pid_resets_started_at(conn):
     beat_store.record(conn, "writer", 100, "ok", "", T0)
     beat_store.record(conn, "writer", 200, "starting", "", T0 + 10)
-    assert [beat_store.Beat("writer", 200, "starting", "", T0 + 10, T0 + 10)] == beat_store.all_beats(conn)
+    assert [beat_store.Beat("writer", 200, "starting", "", T0 + 10, T0 + 10, 2)] == beat_store.all_beats(conn)
 
 
 def test_all_beats_lists_services_by_name(conn):
@@ -733,10 +737,13 @@ def test_search_never_raises_on_arbitrary_text(conn, text):
     assert isinstance(recall_store.search(conn, text), list)
 
 
+FTS_SYNTAX = ['"', "*", "^", ":", "(", ")", "-", "+", "{", "}", ",", " ", "a", "NEAR", "AND", "OR", "NOT"]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=st.lists(
-        st.sampled_from(['"', "*", "^", ":", "(", ")", "-", "+", "NEAR", "AND", "OR", "NOT", "a", " ", "{", "}"]),
+        st.sampled_from(FTS_SYNTAX),
         max_size=12,
     ).map("".join)
 )
@@ -804,6 +811,20 @@ def test_needs_backfill_is_false_when_triggers_indexed_every_turn(conn):
     recall_corpus(conn)
     turn_store.insert_raw(conn, [(new_session(conn, chat="bulk"), "bulk row", "bob", T0)])
     assert recall_store.needs_backfill(conn) is False
+
+
+def test_needs_backfill_is_true_after_the_index_was_cleared(conn):
+    recall_corpus(conn)
+    recall_store.clear(conn)
+    assert (True, []) == (recall_store.needs_backfill(conn), recall_store.search(conn, "retry"))
+
+
+def test_rebuild_after_clear_finds_the_turns_again(conn):
+    recall_corpus(conn)
+    before = recall_store.search(conn, "retry")
+    recall_store.clear(conn)
+    recall_store.rebuild(conn)
+    assert (False, before) == (recall_store.needs_backfill(conn), recall_store.search(conn, "retry"))
 
 
 # --- db_store and common.db ------------------------------------------------------------------

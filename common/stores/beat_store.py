@@ -11,9 +11,10 @@ UPSERT = (
     " ON CONFLICT (service) DO UPDATE SET state = excluded.state, detail = excluded.detail,"
     " beat_at = excluded.beat_at, pid = excluded.pid,"
     " started_at = CASE WHEN service_beats.pid = excluded.pid THEN service_beats.started_at"
-    "                   ELSE excluded.started_at END"
+    "                   ELSE excluded.started_at END,"
+    " starts = service_beats.starts + (service_beats.pid != excluded.pid)"
 )
-ALL = "SELECT service, pid, state, detail, started_at, beat_at FROM service_beats ORDER BY service"
+ALL = "SELECT service, pid, state, detail, started_at, beat_at, starts FROM service_beats ORDER BY service"
 
 
 class Beat(NamedTuple):
@@ -23,6 +24,7 @@ class Beat(NamedTuple):
     detail: str
     started_at: float
     beat_at: float
+    starts: int  # restarts + 1
 
 
 def record(conn: apsw.Connection, service: str, pid: int, state: str, detail: str, now: float) -> None:

@@ -14,7 +14,7 @@ FIND_INBOUND = "SELECT turn_id FROM inbound_keys WHERE key = ?"
 PUT_INBOUND = "INSERT OR IGNORE INTO inbound_keys (key, turn_id, created_at) VALUES (?, ?, ?)"
 PRUNE_INBOUND = (
     "DELETE FROM inbound_keys WHERE key IN "
-    "(SELECT key FROM inbound_keys WHERE created_at < ? LIMIT ?)"
+    "(SELECT key FROM inbound_keys WHERE created_at < ? ORDER BY created_at LIMIT ?)"
 )
 
 

@@ -17,6 +17,7 @@ SEARCH_AGENT = (
     " WHERE turns_fts MATCH ? AND s.agent = ? ORDER BY rank LIMIT ?"
 )
 REBUILD = "INSERT INTO turns_fts (turns_fts) VALUES ('rebuild')"
+CLEAR = "INSERT INTO turns_fts (turns_fts) VALUES ('delete-all')"
 INDEXED = "SELECT count(*) FROM turns_fts_docsize"
 TURNS = "SELECT count(*) FROM turns"
 
@@ -49,6 +50,11 @@ def search(conn: apsw.Connection, text: str, limit: int = 10, agent: str | None 
 
 def rebuild(conn: apsw.Connection) -> None:
     conn.execute(REBUILD)
+
+
+def clear(conn: apsw.Connection) -> None:
+    """Empty the index (the turns stay); the next open or `fts rebuild` fills it again."""
+    conn.execute(CLEAR)
 
 
 def needs_backfill(conn: apsw.Connection) -> bool:

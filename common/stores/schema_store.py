@@ -15,6 +15,7 @@ SET_USER_VERSION = "PRAGMA user_version = {version:d}"
 BEGIN = "BEGIN IMMEDIATE"
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
+TABLE_NAMES = "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
 
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -41,6 +42,16 @@ def code_version() -> int:
 
 def version(conn: apsw.Connection) -> int:
     return int(conn.execute(USER_VERSION).fetchall()[0][0])
+
+
+def force_version(conn: apsw.Connection, number: int) -> None:
+    """Set the recorded schema version without migrating: it exists for tests and recovery only."""
+    conn.execute(SET_USER_VERSION.format(version=number))
+
+
+def table_names(conn: apsw.Connection) -> list[str]:
+    """Every table in the database (virtual and FTS shadow tables included), sorted by name."""
+    return [row[0] for row in conn.execute(TABLE_NAMES)]
 
 
 def check_not_newer(conn: apsw.Connection, db_file: Path | str) -> int:

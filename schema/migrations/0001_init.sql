@@ -57,6 +57,7 @@ CREATE TABLE inbound_keys (
     turn_id     INTEGER NOT NULL,
     created_at  REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE INDEX inbound_keys_by_age ON inbound_keys (created_at);
 
 -- Answers of applied write requests by idempotency key: a replay returns the first answer.
 CREATE TABLE write_keys (
@@ -261,8 +262,9 @@ CREATE TABLE service_beats (
     pid         INTEGER NOT NULL,
     state       TEXT NOT NULL,
     detail      TEXT NOT NULL DEFAULT '',
-    started_at  REAL NOT NULL,
-    beat_at     REAL NOT NULL
+    started_at  REAL NOT NULL,              -- when this pid first reported
+    beat_at     REAL NOT NULL,
+    starts      INTEGER NOT NULL DEFAULT 1  -- pids seen for this service: restarts + 1
 ) WITHOUT ROWID;
 
 -- Recall: full-text over every turn, kept by triggers, ranked by bm25.
