@@ -22,6 +22,7 @@ SECRET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 Ident = Annotated[str, Meta(pattern=ID_PATTERN)]
 SecretName = Annotated[str, Meta(pattern=SECRET_NAME_PATTERN)]
 Positive = Annotated[int, Meta(gt=0)]
+PositiveFloat = Annotated[float, Meta(gt=0)]  # sizes in MB may be fractions (tests use tiny ones)
 Days = Annotated[int, Meta(ge=1)]
 
 _ENDPOINT_SCHEMES = ("ipc://", "tcp://")
@@ -183,15 +184,15 @@ class SessionMemory(_Section, kw_only=True):
 
 class Health(_Section, kw_only=True):
     heartbeat_interval_ms: Positive = 60000
-    disk_warn_threshold_mb: Positive = 1024
-    wal_warn_threshold_mb: Positive = 100
+    disk_warn_threshold_mb: PositiveFloat = 1024
+    wal_warn_threshold_mb: PositiveFloat = 100
     alert_to: str = ""
 
 
 class Writer(_Section, kw_only=True):
     batch_max: Annotated[int, Meta(ge=1, le=100000)] = 512
     checkpoint_interval_s: Annotated[float, Meta(gt=0)] = 2.0
-    wal_truncate_mb: Positive = 64
+    wal_truncate_mb: PositiveFloat = 64
     busy_timeout_ms: Positive = 5000
 
 

@@ -35,7 +35,10 @@ def boot(name: str, argv: list[str] | None = None, description: str = "") -> Ser
     """Parse ``--home``, load and check the config, create the layout; exit 1 with a clear line on error."""
     parser = argparse.ArgumentParser(prog=f"starling-{name}", description=description)
     parser.add_argument("--home", help="Starling home (default: $STARLING_HOME or ./.starling)")
+    parser.add_argument("--name", help="this process's name in status and logs (default: supervisord's"
+                        " process name, else the service's)")
     args = parser.parse_args(argv)
+    name = args.name or os.environ.get("SUPERVISOR_PROCESS_NAME") or name
     log = setup_logging(name)
     try:
         home = resolve_home(args.home)

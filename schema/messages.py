@@ -141,8 +141,9 @@ class Heartbeat(Msg):
 
     service: str
     pid: int
-    state: str = "ready"  # starting | ready | stopping | degraded
+    state: str = "ready"  # starting | ready | idle | stopped
     detail: str = ""
+    parent_pid: int = 0  # the supervisor's pid: a new one (a new `up`) restarts the restart count
 
 
 class Ping(Msg):

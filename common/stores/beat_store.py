@@ -7,12 +7,14 @@ from typing import NamedTuple
 import apsw
 
 UPSERT = (
-    "INSERT INTO service_beats (service, pid, state, detail, started_at, beat_at) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO service_beats (service, pid, state, detail, started_at, beat_at, parent_pid)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (service) DO UPDATE SET state = excluded.state, detail = excluded.detail,"
-    " beat_at = excluded.beat_at, pid = excluded.pid,"
+    " beat_at = excluded.beat_at, pid = excluded.pid, parent_pid = excluded.parent_pid,"
     " started_at = CASE WHEN service_beats.pid = excluded.pid THEN service_beats.started_at"
     "                   ELSE excluded.started_at END,"
-    " starts = service_beats.starts + (service_beats.pid != excluded.pid)"
+    " starts = CASE WHEN service_beats.parent_pid != excluded.parent_pid THEN 1"
+    "               ELSE service_beats.starts + (service_beats.pid != excluded.pid) END"
 )
 ALL = "SELECT service, pid, state, detail, started_at, beat_at, starts FROM service_beats ORDER BY service"
 
@@ -27,8 +29,11 @@ class Beat(NamedTuple):
     starts: int  # restarts + 1
 
 
-def record(conn: apsw.Connection, service: str, pid: int, state: str, detail: str, now: float) -> None:
-    conn.execute(UPSERT, (service, pid, state, detail, now, now))
+def record(
+    conn: apsw.Connection, service: str, pid: int, state: str, detail: str, now: float, parent_pid: int = 0
+) -> None:
+    """Upsert a beat; ``starts`` counts new pids under the same parent (a new supervisord starts at 1)."""
+    conn.execute(UPSERT, (service, pid, state, detail, now, now, parent_pid))
 
 
 def all_beats(conn: apsw.Connection) -> list[Beat]:

@@ -264,7 +264,8 @@ CREATE TABLE service_beats (
     detail      TEXT NOT NULL DEFAULT '',
     started_at  REAL NOT NULL,              -- when this pid first reported
     beat_at     REAL NOT NULL,
-    starts      INTEGER NOT NULL DEFAULT 1  -- pids seen for this service: restarts + 1
+    starts      INTEGER NOT NULL DEFAULT 1, -- pids seen under the current parent: restarts + 1
+    parent_pid  INTEGER NOT NULL DEFAULT 0  -- supervisord's pid; a new parent (a new `up`) restarts the count
 ) WITHOUT ROWID;
 
 -- Recall: full-text over every turn, kept by triggers, ranked by bm25.

@@ -82,7 +82,7 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
                                    {"instance": row.instance, "chat": row.chat, "outbox_id": outbox_id}))
             return m.Done()
         case m.Heartbeat():
-            beat_store.record(conn, op.service, op.pid, op.state, op.detail, now)
+            beat_store.record(conn, op.service, op.pid, op.state, op.detail, now, op.parent_pid)
             return m.Done()
         case m.Ping():
             return m.Done()

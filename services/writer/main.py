@@ -45,6 +45,8 @@ class Writer:
                                  svc.cfg.writer.wal_truncate_mb, svc.log)
         self.beat_s = svc.cfg.bus.heartbeat_ivl_ms / 1000
         self.next_beat = 0.0
+        self.service_beat_s = svc.cfg.health.heartbeat_interval_ms / 1000
+        self.next_service_beat = 0.0
         self.watchdog_s = watchdog_interval_s()
         self.next_watchdog = 0.0
         ctx = zmq.Context.instance()
@@ -220,10 +222,13 @@ class Writer:
     # ------------------------------------------------------------ the loop
 
     def _beat(self, now_mono: float) -> None:
-        if now_mono >= self.next_beat:
+        if now_mono >= self.next_beat:  # on the bus, for subscribers (lost events, liveness)
             self.next_beat = now_mono + self.beat_s
             self._publish(m.TOPIC_BEAT, m.WriterBeat, {"schema_version": self.schema_version, "seqs": dict(self.seqs)})
-            self._commit_batch([(b"", m.Request(id=0, key="", op=m.Heartbeat(service="writer", pid=os.getpid())))])
+        if now_mono >= self.next_service_beat:  # in service_beats, for `status` and `/health`
+            self.next_service_beat = now_mono + self.service_beat_s
+            beat = m.Heartbeat(service=self.svc.name, pid=os.getpid(), parent_pid=os.getppid())
+            self._commit_batch([(b"", m.Request(id=0, key="", op=beat))])
         if self.watchdog_s and now_mono >= self.next_watchdog:
             self.next_watchdog = now_mono + self.watchdog_s
             notify_systemd("WATCHDOG=1")
@@ -239,7 +244,7 @@ class Writer:
             if self.maint.backup is not None:
                 timeout = 0
             else:
-                due = min(self.next_beat, self.maint.next_due())
+                due = min(self.next_beat, self.next_service_beat, self.maint.next_due())
                 timeout = max(0, min(POLL_MAX_MS, int((due - now) * 1000) + 1))
             if self.poller.poll(timeout):
                 batch = self._drain()

@@ -1,0 +1,202 @@
+"""`starling up|down|status`: the services of one home under supervisord."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from common import db
+from common.cli import output
+from common.cli.context import Context
+from common.errors import StarlingError
+from common.home import ensure_layout
+from common.stores import beat_store, schema_store
+from common.supervisor import Supervisor, expected_services
+
+UP_STATES = ("ready", "idle")
+LOG_TAIL_LINES = 5
+
+
+def register(verbs) -> None:
+    up = verbs.add_parser("up", help="start every service under supervisord and wait until all are ready")
+    up.add_argument("--foreground", action="store_true", help="keep supervisord in the foreground (containers)")
+    up.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for readiness (default 30)")
+    up.set_defaults(func=cmd_up)
+    down = verbs.add_parser("down", help="stop every service; no process is left")
+    down.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the stop (default 60)")
+    down.set_defaults(func=cmd_down)
+    status = verbs.add_parser("status", help="each process: state, pid, uptime, last heartbeat, restarts")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+
+def preflight(ctx: Context) -> None:
+    """Fail before any process starts: a bad config, or a database newer than this code."""
+    cfg = ctx.cfg  # raises ConfigError naming file, key and reason
+    ensure_layout(ctx.paths)
+    ctx.endpoints  # noqa: B018 - validates the bus addresses
+    if ctx.paths.db_file.exists():
+        conn = db.open_reader(ctx.paths.db_file)
+        try:
+            schema_store.check_not_newer(conn, ctx.paths.db_file)
+        finally:
+            conn.close()
+    return cfg
+
+
+def cmd_up(args) -> int:
+    ctx = Context.from_args(args)
+    preflight(ctx)
+    sup = Supervisor(ctx.paths)
+    if sup.reachable():
+        print(f"Starling is already running for {ctx.home} (supervisord pid {sup.supervisord_pid()}); nothing changed.")
+        return 0
+    started = time.time()
+    if args.foreground:
+        sup.start_daemon(ctx.cfg, foreground=True)  # does not return
+    sup.start_daemon(ctx.cfg)
+    if not sup.wait_reachable(10):
+        raise StarlingError(f"supervisord did not come up; see {ctx.paths.logs_dir / 'supervisord.log'}")
+    expected = expected_services(ctx.cfg)
+    ready, waiting = wait_ready(ctx, sup, expected, started, args.timeout)
+    elapsed = time.time() - started
+    if waiting:
+        output.error(f"not ready after {args.timeout:.0f}s: {', '.join(waiting)}")
+        for name in waiting:
+            print(f"  {name}: {why_not_ready(ctx, sup, name)}")
+        print("Services keep running under supervisord; see `starling status`, `starling logs SERVICE`,"
+              " and stop them with `starling down`.")
+        return 1
+    print(f"Starling is up in {elapsed:.1f}s: {len(ready)} services ready ({', '.join(ready)}).")
+    return 0
+
+
+def wait_ready(ctx: Context, sup: Supervisor, expected: list[str], since: float,
+               timeout: float) -> tuple[list[str], list[str]]:
+    """Wait until each expected service's current pid has reported ready (or idle) after ``since``."""
+    deadline = time.monotonic() + timeout
+    reader = None
+    while True:
+        pids = {p.name: p.pid for p in sup.processes()}
+        beats = {}
+        try:
+            reader = reader or db.open_reader(ctx.paths.db_file)
+            with db.read_tx(reader):
+                beats = {b.service: b for b in beat_store.all_beats(reader)}
+        except StarlingError:
+            reader = None  # no database yet: the writer is still migrating
+        except Exception:  # noqa: BLE001 - a schema not yet created reads as "not ready"
+            reader = None
+        ready = [n for n in expected if _is_ready(beats.get(n), pids.get(n), since)]
+        waiting = [n for n in expected if n not in ready]
+        if not waiting or time.monotonic() >= deadline:
+            if reader is not None:
+                reader.close()
+            return ready, waiting
+        time.sleep(0.05)
+
+
+def _is_ready(beat, pid: int | None, since: float) -> bool:
+    return bool(beat and pid and beat.pid == pid and beat.state in UP_STATES and beat.beat_at >= since - 1)
+
+
+def why_not_ready(ctx: Context, sup: Supervisor, name: str) -> str:
+    info = next((p for p in sup.processes() if p.name == name), None)
+    state = f"{info.state} ({info.description})" if info else "unknown to supervisord"
+    log = ctx.paths.logs_dir / f"{name}.log"
+    tail = ""
+    if log.exists():
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        tail = "; last log lines:\n    " + "\n    ".join(lines) if lines else "; its log is empty"
+    return state + tail
+
+
+def cmd_down(args) -> int:
+    ctx = Context.from_args(args)
+    sup = Supervisor(ctx.paths)
+    if not sup.reachable():
+        print(f"Starling is not running for {ctx.home}.")
+        return 0
+    daemon_pid = sup.supervisord_pid()
+    children = [p.pid for p in sup.processes() if p.pid]
+    sup.shutdown()
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and any(_alive(pid) for pid in [daemon_pid, *children] if pid):
+        time.sleep(0.05)
+    left = [pid for pid in [daemon_pid, *children] if pid and _alive(pid)]
+    if left:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        output.error(f"processes still alive after {args.timeout:.0f}s were killed: {left}")
+        return 1
+    print(f"Starling stopped for {ctx.home}; no process left.")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def cmd_status(args) -> int:
+    ctx = Context.from_args(args)
+    sup = Supervisor(ctx.paths)
+    running = sup.reachable()
+    processes = {p.name: p for p in sup.processes()} if running else {}
+    beats = {}
+    if ctx.paths.db_file.exists():
+        reader = db.open_reader(ctx.paths.db_file)
+        try:
+            with db.read_tx(reader):
+                beats = {b.service: b for b in beat_store.all_beats(reader)}
+        except Exception:  # noqa: BLE001 - an unmigrated database has no beats yet
+            beats = {}
+        finally:
+            reader.close()
+    now = time.time()
+    expected = expected_services(ctx.cfg)
+    names = list(dict.fromkeys([*expected, *processes]))
+    rows = []
+    for name in names:
+        info, beat = processes.get(name), beats.get(name)
+        state = info.state if info else ("not running" if not running else "unknown")
+        if name.startswith("gateway-") and name not in expected and state in ("STOPPED", "not running"):
+            state = "not configured"
+        rows.append({
+            "service": name,
+            "state": state,
+            "pid": info.pid if info and info.pid else None,
+            "uptime_s": round(now - info.started, 1) if info and info.pid else None,
+            "heartbeat": beat.state if beat else None,
+            "last_beat_s_ago": round(now - beat.beat_at, 1) if beat else None,
+            "restarts": beat.starts - 1 if beat else None,
+            "detail": beat.detail if beat else (info.description if info else ""),
+        })
+    if args.json:
+        output.emit_json({"home": str(ctx.home), "supervisord": running, "services": rows})
+        return 0
+    print(f"Starling home {ctx.home}: supervisord {'running' if running else 'not running'}")
+    print(output.table(
+        ["SERVICE", "STATE", "PID", "UPTIME", "HEARTBEAT", "LAST BEAT", "RESTARTS", "DETAIL"],
+        [[r["service"], r["state"], r["pid"] or "-",
+          output.duration(r["uptime_s"]) if r["uptime_s"] is not None else "-",
+          r["heartbeat"] or "-",
+          output.duration(r["last_beat_s_ago"]) + " ago" if r["last_beat_s_ago"] is not None else "-",
+          r["restarts"] if r["restarts"] is not None else "-", r["detail"]] for r in rows],
+        colour_column=1,
+    ))
+    return 0

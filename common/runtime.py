@@ -1,0 +1,119 @@
+"""The life of an asyncio service: heartbeats on the bus, systemd readiness and watchdog, a clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Awaitable, Callable
+
+from common import bus
+from common.errors import StarlingError
+from common.service import Service, notify_systemd, watchdog_interval_s
+from schema import messages as m
+
+Work = Callable[["Runtime"], Awaitable[None]]
+
+
+class Runtime:
+    """Runs one service's work beside its heartbeat until SIGTERM, then stops within the stop timeout.
+
+    The first heartbeat is acked by the writer before the service counts as ready (`starling up`
+    waits for it); later beats go every ``health.heartbeat_interval_ms`` and ping systemd's watchdog.
+    """
+
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.log = svc.log
+        self.stop_event = asyncio.Event()
+        self.state = "starting"
+        self.detail = ""
+        self.client = bus.WriterClient(
+            svc.endpoints.writer, svc.key, name=svc.name, timeout_s=svc.cfg.bus.request_timeout_ms / 1000,
+            window=svc.cfg.bus.window, heartbeat_ms=svc.cfg.bus.heartbeat_ivl_ms, deadline_s=3600,
+        )
+
+    async def beat(self, state: str | None = None, detail: str | None = None) -> None:
+        if state is not None:
+            self.state = state
+        if detail is not None:
+            self.detail = detail
+        await self.client.call(m.Heartbeat(service=self.svc.name, pid=os.getpid(), state=self.state,
+                                           detail=self.detail, parent_pid=os.getppid()))
+
+    async def _heartbeats(self) -> None:
+        interval = self.svc.cfg.health.heartbeat_interval_ms / 1000
+        watchdog = watchdog_interval_s()
+        tick = min(interval, watchdog) if watchdog else interval
+        next_beat = time.monotonic() + interval
+        while True:
+            await asyncio.sleep(max(0.0, min(tick, next_beat - time.monotonic())))
+            if watchdog:
+                notify_systemd("WATCHDOG=1")
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + interval
+                try:
+                    await asyncio.wait_for(self.beat(), interval)
+                except (asyncio.TimeoutError, StarlingError) as exc:
+                    self.log.warning("heartbeat_failed", error=str(exc))
+
+    async def run(self, work: Work | None, state: str = "ready", detail: str = "") -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        self.client.start()
+        try:
+            await self.beat(state, detail)
+            notify_systemd("READY=1")
+            self.log.info("ready", state=state, detail=detail)
+            tasks = [asyncio.create_task(self._heartbeats())]
+            if work is not None:
+                tasks.append(asyncio.create_task(work(self)))
+            stopper = asyncio.create_task(self.stop_event.wait())
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            failed = [t for t in done if t is not stopper and not t.cancelled() and t.exception()]
+            for task in [*tasks, stopper]:
+                task.cancel()
+            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            if failed:
+                self.log.error("failed", error=repr(failed[0].exception()))
+                return 1
+            notify_systemd("STOPPING=1")
+            try:
+                await asyncio.wait_for(self.beat("stopped", ""), 2)
+            except (asyncio.TimeoutError, StarlingError):
+                pass
+            self.log.info("stopped")
+            return 0
+        finally:
+            await self.client.close()
+
+    def _on_signal(self, signum: int) -> None:
+        self.log.info("stop_requested", signal=signal.Signals(signum).name)
+        self.stop_event.set()
+
+
+def run_service(svc: Service, work: Work | None, state: str = "ready", detail: str = "") -> int:
+    return asyncio.run(Runtime(svc).run(work, state, detail))
+
+
+def run_placeholder(service: str, not_built: str, argv: list[str] | None = None) -> int:
+    """A service whose work a later issue builds: it heartbeats as ``idle`` and says so, nothing more."""
+    from common.service import boot
+
+    svc = boot(service, argv)
+    return run_service(svc, None, state="idle", detail=f"placeholder: {not_built} is not built yet")
+
+
+def run_gateway_placeholder(platform: str, argv: list[str] | None = None) -> int:
+    """A gateway platform: exits 0 at once when nothing is configured (no crash loop), else idles."""
+    from common.service import boot
+
+    svc = boot(f"gateway-{platform}", argv)
+    instances = [gw.id for gw in getattr(svc.cfg.gateways, platform)]
+    if not instances:
+        svc.log.info("nothing_configured", platform=platform, hint=f"add a [[gateways.{platform}]] table")
+        return 0
+    return run_service(svc, None, state="idle",
+                       detail=f"placeholder: the {platform} gateway is not built yet ({', '.join(instances)})")

@@ -1,0 +1,133 @@
+"""Talking to the supervisord that runs one home's services: start it, ask it, stop it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import xmlrpc.client
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor.xmlrpc import SupervisorTransport
+
+from common.config import Config
+from common.errors import StarlingError
+from common.home import Paths
+
+CONF = Path(__file__).resolve().parent.parent / "supervisord.conf"
+PLATFORMS = ("telegram", "slack", "whatsapp")
+LOG_MAXBYTES = "10MB"
+LOG_BACKUPS = 5
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    name: str  # "writer", "runner-0", "gateway-telegram", ...
+    group: str
+    state: str  # supervisord's: RUNNING, STARTING, BACKOFF, STOPPED, EXITED, FATAL, ...
+    pid: int
+    started: float
+    description: str
+    exit_status: int
+
+
+def socket_path(paths: Paths) -> Path:
+    return paths.run_dir / "supervisor.sock"
+
+
+def pid_file(paths: Paths) -> Path:
+    return paths.run_dir / "supervisord.pid"
+
+
+def expected_services(cfg: Config) -> list[str]:
+    """Every program `up` waits for, in start order: the writer first."""
+    names = ["writer", *(f"runner-{i}" for i in range(cfg.runner.processes)), "scheduler", "sweeper", "control"]
+    names += [f"gateway-{p}" for p in PLATFORMS if getattr(cfg.gateways, p)]
+    return names
+
+
+def environment(paths: Paths, cfg: Config, log_maxbytes: str = LOG_MAXBYTES) -> dict[str, str]:
+    """The variables supervisord.conf reads: where things are, how many runners, which gateways."""
+    env = {
+        "STARLING_HOME": str(paths.home),
+        "STARLING_DATA": str(paths.data_dir),
+        "STARLING_PYTHON": sys.executable,
+        "STARLING_RUNNERS": str(cfg.runner.processes),
+        "STARLING_LOG_MAXBYTES": os.environ.get("STARLING_LOG_MAXBYTES", log_maxbytes),
+        "STARLING_LOG_BACKUPS": str(LOG_BACKUPS),
+    }
+    for platform in PLATFORMS:
+        env[f"STARLING_GATEWAY_{platform.upper()}"] = "true" if getattr(cfg.gateways, platform) else "false"
+    return env
+
+
+class Supervisor:
+    """An XML-RPC client of this home's supervisord, over its 0700 unix socket."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+        self.url = f"unix://{socket_path(paths)}"
+
+    def _proxy(self):
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=SupervisorTransport(None, None, self.url))
+
+    def reachable(self) -> bool:
+        if not socket_path(self.paths).exists():
+            return False
+        try:
+            return self._proxy().supervisor.getState()["statename"] == "RUNNING"
+        except (OSError, xmlrpc.client.Error):
+            return False
+
+    def processes(self) -> list[ProcessInfo]:
+        try:
+            infos = self._proxy().supervisor.getAllProcessInfo()
+        except (OSError, xmlrpc.client.Error) as exc:
+            raise StarlingError(f"supervisord at {self.url} did not answer: {exc}") from None
+        return [
+            ProcessInfo(i["name"], i["group"], i["statename"], i["pid"], float(i["start"]), i["description"],
+                        i["exitstatus"])
+            for i in infos
+        ]
+
+    def supervisord_pid(self) -> int | None:
+        try:
+            return int(self._proxy().supervisor.getPID())
+        except (OSError, xmlrpc.client.Error):
+            return None
+
+    def start_daemon(self, cfg: Config, foreground: bool = False) -> subprocess.Popen | None:
+        """Start supervisord for this home (daemonised, or in the foreground for containers)."""
+        env = {**os.environ, **environment(self.paths, cfg)}
+        command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)]
+        if foreground:
+            os.execvpe(command[0], [*command, "--nodaemon"], env)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+        if result.returncode != 0:
+            raise StarlingError(f"supervisord did not start: {(result.stderr or result.stdout).strip()}")
+        return None
+
+    def wait_reachable(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.reachable():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def shutdown(self) -> None:
+        self._proxy().supervisor.shutdown()
+
+    def start_process(self, name: str) -> None:
+        self._proxy().supervisor.startProcess(self._full_name(name), True)
+
+    def stop_process(self, name: str) -> None:
+        self._proxy().supervisor.stopProcess(self._full_name(name), True)
+
+    def _full_name(self, name: str) -> str:
+        for info in self.processes():
+            if info.name == name:
+                return f"{info.group}:{info.name}"
+        raise StarlingError(f"no service named {name!r}")

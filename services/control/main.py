@@ -1,0 +1,154 @@
+"""The control service: `/health` and `/livez` for monitors, and the token-guarded control API on loopback.
+
+`/health` and `/livez` need no token (a monitor must reach them); everything under `/api/` needs
+`Authorization: Bearer <data/.control-token>`, compared in constant time; without it: 401, no more.
+A change of health into degraded or down is an alert: a warning log line, and a message to
+`[health] alert_to` when it is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import sys
+import time
+
+from aiohttp import web
+
+from common import db, health
+from common.db import read_tx
+from common.errors import StarlingError
+from common.home import ensure_token_file
+from common.runtime import Runtime
+from common.service import Service, boot
+from common.stores import beat_store
+from common.supervisor import Supervisor
+from schema import messages as m
+
+ALERT_TIMEOUT_S = 10.0
+
+
+class Control:
+    def __init__(self, svc: Service, rt: Runtime) -> None:
+        self.svc = svc
+        self.rt = rt
+        self.log = svc.log
+        self.token = ensure_token_file(svc.paths.control_token_file).strip()
+        self.reader = None
+        self.last_status = "ok"
+        self.supervisor = Supervisor(svc.paths)
+
+    # ------------------------------------------------------------ health
+
+    def _beats(self) -> list[beat_store.Beat] | None:
+        try:
+            if self.reader is None:
+                self.reader = db.open_reader(self.svc.paths.db_file)
+            with read_tx(self.reader):
+                return beat_store.all_beats(self.reader)
+        except Exception as exc:  # any read failure is reported as "database down", never a crash
+            self.log.warning("health_read_failed", error=str(exc))
+            self.reader = None
+            return None
+
+    async def report(self) -> dict:
+        report = health.evaluate(self.svc.paths, self.svc.cfg, self._beats())
+        await self._observe(report)
+        return report
+
+    async def _observe(self, report: dict) -> None:
+        status, before = report["status"], self.last_status
+        if status == before:
+            return
+        self.last_status = status
+        lines = health.problems(report)
+        if status == "ok":
+            self.log.info("health_recovered", previous=before)
+            text = f"Starling recovered: health is ok again (was {before})."
+        else:
+            self.log.warning("health_degraded", status=status, previous=before, problems=lines)
+            text = f"Starling health is {status}: " + "; ".join(lines)
+        await self._alert(text)
+
+    async def _alert(self, text: str) -> None:
+        target = self.svc.cfg.health.alert_to
+        if not target:
+            return
+        instance, _, chat = target.partition(":")
+        try:
+            await asyncio.wait_for(
+                self.rt.client.call(m.EnqueueOutbox(instance=instance, chat=chat, replies=[m.Reply(text=text)])),
+                ALERT_TIMEOUT_S,
+            )
+        except (asyncio.TimeoutError, StarlingError) as exc:
+            self.log.error("alert_not_queued", alert_to=target, error=str(exc))
+
+    async def watch(self) -> None:
+        interval = self.svc.cfg.health.heartbeat_interval_ms / 1000
+        while True:
+            await self.report()
+            await asyncio.sleep(interval)
+
+    # ------------------------------------------------------------ http
+
+    def authorised(self, request: web.Request) -> bool:
+        given = request.headers.get("Authorization", "")
+        scheme, _, token = given.partition(" ")
+        return scheme == "Bearer" and hmac.compare_digest(token.encode(), self.token)
+
+    @web.middleware
+    async def guard(self, request: web.Request, handler):
+        if request.path.startswith("/api/") and not self.authorised(request):
+            return web.json_response({"error": "unauthorized"}, status=401)
+        return await handler(request)
+
+    async def livez(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def health_endpoint(self, _request: web.Request) -> web.Response:
+        report = await self.report()
+        return web.json_response(report, status=503 if report["status"] == "down" else 200)
+
+    async def api_status(self, _request: web.Request) -> web.Response:
+        beats = self._beats() or []
+        try:
+            processes = [p.__dict__ for p in await asyncio.to_thread(self.supervisor.processes)]
+        except StarlingError:
+            processes = []
+        return web.json_response({
+            "now": time.time(),
+            "beats": [b._asdict() for b in beats],
+            "processes": processes,
+        })
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.guard])
+        app.router.add_get("/livez", self.livez)
+        app.router.add_get("/health", self.health_endpoint)
+        app.router.add_get("/api/status", self.api_status)
+        return app
+
+
+async def serve(rt: Runtime) -> None:
+    svc = rt.svc
+    await asyncio.to_thread(db.wait_for_schema, svc.paths.db_file, 60.0)
+    control = Control(svc, rt)
+    host, _, port = svc.cfg.control.listen.rpartition(":")
+    runner = web.AppRunner(control.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host.strip("[]"), int(port))
+    await site.start()
+    svc.log.info("listening", listen=svc.cfg.control.listen)
+    try:
+        await control.watch()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    svc = boot("control", argv, description="Starling's health endpoint and control API")
+    return asyncio.run(Runtime(svc).run(serve))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

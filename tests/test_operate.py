@@ -1,0 +1,150 @@
+"""Operating a home under supervisord: up, status, restarts after kill -9, health, the control API, down."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from common.supervisor import Supervisor
+from tests.procs import REPO, make_home, remove_home, wait_until
+
+SERVICES = ["writer", "runner-0", "runner-1", "scheduler", "sweeper", "control"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def starling(home, *args: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "common.cli", "--home", str(home.root), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, input=input)
+
+
+def get(url: str, token: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+@pytest.fixture(scope="module")
+def running():
+    port = free_port()
+    home = make_home(
+        f'[control]\nlisten = "127.0.0.1:{port}"\n'
+        "[health]\nheartbeat_interval_ms = 500\nwal_warn_threshold_mb = 0.5\n"
+        "[writer]\ncheckpoint_interval_s = 3600\nwal_truncate_mb = 512\n"
+    )
+    up = starling(home, "up", "--timeout", "60")
+    home.base_url = f"http://127.0.0.1:{port}"
+    home.up = up
+    try:
+        yield home
+    finally:
+        starling(home, "down")
+        sup = Supervisor(home.paths)
+        if sup.reachable():  # the down test failed: do not leave processes behind
+            pid = sup.supervisord_pid()
+            os.kill(pid, signal.SIGKILL)
+        remove_home(home)
+
+
+def test_up_reports_every_service_ready(running):
+    assert (0, True) == (running.up.returncode, all(name in running.up.stdout for name in SERVICES)), running.up
+
+
+def test_status_lists_each_process_running_with_a_heartbeat(running):
+    result = starling(running, "status", "--json")
+    services = {s["service"]: s for s in json.loads(result.stdout)["services"]}
+    assert {n: "RUNNING" for n in SERVICES} == {n: services[n]["state"] for n in SERVICES}
+    assert all(services[n]["pid"] and services[n]["heartbeat"] in ("ready", "idle") for n in SERVICES)
+    assert "not configured" == services["gateway-telegram"]["state"]
+
+
+def test_a_second_up_says_so_and_changes_nothing(running):
+    before = {p.name: p.pid for p in Supervisor(running.paths).processes()}
+    result = starling(running, "up")
+    after = {p.name: p.pid for p in Supervisor(running.paths).processes()}
+    assert (0, True, before) == (result.returncode, "already running" in result.stdout, after)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_killed_service_is_restarted_and_reports_again(running, service):
+    sup = Supervisor(running.paths)
+    old = next(p.pid for p in sup.processes() if p.name == service)
+    os.kill(old, signal.SIGKILL)
+
+    def back() -> bool:
+        info = next(p for p in sup.processes() if p.name == service)
+        if info.state != "RUNNING" or info.pid == old:
+            return False
+        status = json.loads(starling(running, "status", "--json").stdout)
+        row = next(s for s in status["services"] if s["service"] == service)
+        return row["pid"] == info.pid and row["heartbeat"] in ("ready", "idle") and row["restarts"] >= 1
+
+    wait_until(back, timeout=30, interval=0.2, what=f"{service} to come back")
+
+
+def test_livez_and_health_need_no_token(running):
+    assert (200, "alive") == (get(running.base_url + "/livez")[0], get(running.base_url + "/livez")[1]["status"])
+    code, report = get(running.base_url + "/health")
+    assert 200 == code and report["status"] in ("ok", "degraded") and "writer" in report["checks"]["services"]["services"]
+
+
+def test_the_control_api_refuses_a_missing_or_wrong_token(running):
+    token = running.paths.control_token_file.read_text().strip()
+    assert (401, {"error": "unauthorized"}) == get(running.base_url + "/api/status")
+    assert (401, {"error": "unauthorized"}) == get(running.base_url + "/api/status", token="x" + token)
+    code, body = get(running.base_url + "/api/status", token=token)
+    assert (200, True) == (code, {"writer", "control"} <= {b["service"] for b in body["beats"]})
+
+
+def test_health_turns_degraded_when_the_wal_passes_its_threshold_and_alerts_once(running):
+    import asyncio
+
+    from schema import messages as m
+
+    async def fill():
+        async with running.client("wal-filler") as c:
+            await asyncio.gather(*(c.call(m.Inbound(agent="default", instance="test", chat="wal", sender="u",
+                                                    text="w" * 1000, dedupe_keys=[f"wal:{i}"]))
+                                   for i in range(1500)))
+
+    asyncio.run(fill())
+    wait_until(lambda: get(running.base_url + "/health")[1]["status"] == "degraded", timeout=20,
+               what="health to turn degraded")
+    code, report = get(running.base_url + "/health")
+    assert (200, "degraded") == (code, report["checks"]["wal"]["status"])
+    time.sleep(1.5)  # several health rounds while degraded: still one alert
+    log = (running.paths.logs_dir / "control.log").read_text()
+    assert 1 == log.count('"event":"health_degraded"')
+
+
+def test_down_stops_everything_and_leaves_no_process(running):
+    pids = [p.pid for p in Supervisor(running.paths).processes() if p.pid]
+    daemon = Supervisor(running.paths).supervisord_pid()
+    result = starling(running, "down")
+    alive = [pid for pid in [daemon, *pids] if _alive(pid)]
+    assert (0, []) == (result.returncode, alive), result.stdout + result.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
