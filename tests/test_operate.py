@@ -45,7 +45,7 @@ def running():
     port = free_port()
     home = make_home(
         f'[control]\nlisten = "127.0.0.1:{port}"\n'
-        "[health]\nheartbeat_interval_ms = 500\nwal_warn_threshold_mb = 0.5\n"
+        "[health]\nheartbeat_interval_ms = 1000\nwal_warn_threshold_mb = 2\n"
         "[writer]\ncheckpoint_interval_s = 3600\nwal_truncate_mb = 512\n"
     )
     up = starling(home, "up", "--timeout", "60")
@@ -120,17 +120,27 @@ def test_health_turns_degraded_when_the_wal_passes_its_threshold_and_alerts_once
     async def fill():
         async with running.client("wal-filler") as c:
             await asyncio.gather(*(c.call(m.Inbound(agent="default", instance="test", chat="wal", sender="u",
-                                                    text="w" * 1000, dedupe_keys=[f"wal:{i}"]))
+                                                    text="w" * 2000, dedupe_keys=[f"wal:{i}"]))
                                    for i in range(1500)))
 
+    async def truncate():
+        async with running.client("wal-truncate") as c:
+            await c.call(m.Checkpoint(mode="truncate"))
+
+    asyncio.run(truncate())  # heartbeats of earlier tests grew the WAL: start from empty and healthy
+    wait_until(lambda: get(running.base_url + "/health")[1]["status"] == "ok", timeout=20, what="health ok")
+    control_log = running.paths.logs_dir / "control.log"
+    start = control_log.stat().st_size
     asyncio.run(fill())
     wait_until(lambda: get(running.base_url + "/health")[1]["status"] == "degraded", timeout=20,
                what="health to turn degraded")
     code, report = get(running.base_url + "/health")
     assert (200, "degraded") == (code, report["checks"]["wal"]["status"])
     time.sleep(1.5)  # several health rounds while degraded: still one alert
-    log = (running.paths.logs_dir / "control.log").read_text()
-    assert 1 == log.count('"event":"health_degraded"')
+    with open(control_log) as f:
+        f.seek(start)
+        log = f.read()
+    assert 1 == log.count('"event":"health_degraded"'), log
 
 
 def test_down_stops_everything_and_leaves_no_process(running):

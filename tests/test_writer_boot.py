@@ -38,3 +38,14 @@ def test_the_writer_backfills_a_recall_index_that_misses_turns(home):
         assert '"event":"fts_backfilled"' in writer.log_text()
     finally:
         writer.stop()
+
+
+def test_a_second_writer_on_the_same_database_refuses_to_start(home):
+    first = start_writer(home)
+    try:
+        second = Proc(home, "writer")
+        code = second.popen.wait(20)
+        second.stop()
+        assert (1, True, True) == (code, f"another writer (pid {first.pid})" in second.log_text(), first.alive())
+    finally:
+        first.stop()

@@ -78,3 +78,20 @@ def recent(conn: apsw.Connection, limit: int = 50) -> list[Session]:
 
 def count(conn: apsw.Connection) -> int:
     return int(conn.execute(COUNT).fetchall()[0][0])
+
+
+LIST_RECENT_WITH_TURNS = (
+    "SELECT s.id, s.agent, s.instance, s.chat, s.title, s.summary, s.state, s.created_at, s.last_active_at,"
+    " s.closed_at, (SELECT count(*) FROM turns t WHERE t.session_id = s.id)"
+    " FROM sessions s ORDER BY s.last_active_at DESC, s.id DESC LIMIT ?"
+)
+TURN_COUNT = "SELECT count(*) FROM turns WHERE session_id = ?"
+
+
+def recent_with_turns(conn: apsw.Connection, limit: int = 50) -> list[tuple[Session, int]]:
+    """The most recently active sessions, each with its number of turns (`starling session list`)."""
+    return [(Session(*row[:10]), int(row[10])) for row in conn.execute(LIST_RECENT_WITH_TURNS, (limit,))]
+
+
+def turn_count(conn: apsw.Connection, session_id: int) -> int:
+    return int(conn.execute(TURN_COUNT, (session_id,)).fetchall()[0][0])

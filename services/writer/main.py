@@ -7,6 +7,7 @@ the committed changes. Maintenance (checkpoints, backup steps, pruning) runs bet
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
@@ -277,6 +278,26 @@ def _unlink_stale_ipc(endpoint: str) -> None:
         Path(endpoint[len("ipc://"):]).unlink(missing_ok=True)
 
 
+def hold_writer_lock(svc: Service) -> int:
+    """One writer per database, whoever started it (supervisord, systemd, by hand): an exclusive
+    flock on data/run/writer.lock, held for the life of the process and released by the kernel
+    even on kill -9. Returns the lock's file descriptor; raises StarlingError when another holds it."""
+    lock_file = svc.paths.run_dir / "writer.lock"
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StarlingError(
+            f"{svc.paths.db_file}: another writer (pid {holder}) already holds it; only one writer may run"
+            " per database (is Starling running under both supervisord and systemd?)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
 def open_database(svc: Service) -> apsw.Connection:
     conn = db.open_writer(svc.paths.db_file, svc.cfg.writer.busy_timeout_ms)
     before, after = schema_store.migrate(
@@ -290,6 +311,7 @@ def open_database(svc: Service) -> apsw.Connection:
 def main(argv: list[str] | None = None) -> int:
     svc = boot("writer", argv, description="Starling's single SQLite writer")
     try:
+        hold_writer_lock(svc)
         conn = open_database(svc)
     except StarlingError as exc:
         svc.log.error("startup_failed", error=str(exc))

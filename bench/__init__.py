@@ -1,0 +1,1 @@
+"""Benchmarks: scripts run by hand (`python bench/<name>.py`), not tests."""

@@ -1,0 +1,73 @@
+"""`starling init [--force]`: create a home with a commented config, private state folders, tokens and an agent."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from common import personas
+from common.cli import output
+from common.config import default_config_text, load_config
+from common.home import DIR_MODE, ensure_layout, ensure_token_file, paths_for, resolve_home, write_private_file
+
+DEFAULT_AGENT = "default"
+
+
+def register(verbs) -> None:
+    init = verbs.add_parser(
+        "init", help="create a Starling home: config.toml, state folders, tokens, a default agent",
+        description="Create the home (--home, $STARLING_HOME or ./.starling). Safe to run again: "
+                    "what exists is kept, and folders that are too open are tightened to 0700.",
+    )
+    init.add_argument("--force", action="store_true", help="overwrite an existing config.toml with the defaults")
+    init.set_defaults(func=cmd_init)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    home = resolve_home(args.home)
+    created: list[str] = []
+    kept: list[str] = []
+    home.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    config_file = home / "config.toml"
+    existed = config_file.exists()
+    if existed and not args.force:
+        kept.append(f"{config_file} (exists; --force replaces it with the defaults)")
+    else:
+        write_private_file(config_file, default_config_text().encode())
+        created.append(f"{config_file}" + (" (replaced with the defaults)" if existed else ""))
+    cfg = load_config(config_file)  # an existing config that is invalid stops here, naming key and reason
+    paths = paths_for(home, cfg)
+    missing = [folder for folder in paths.layout() if not folder.exists()]
+    ensure_layout(paths)
+    if missing:
+        created.append(f"state folders under {home} (mode 0700): {len(missing)}")
+    tokens = [paths.control_token_file]
+    if os.environ.get("SESSION_SECRET"):
+        kept.append(f"{paths.session_secret_file} (not made: $SESSION_SECRET is set)")
+    else:
+        tokens.append(paths.session_secret_file)
+    for token in tokens:
+        (kept if token.exists() else created).append(str(token))
+        ensure_token_file(token)
+    agent_dir = paths.agents_dir / DEFAULT_AGENT
+    if agent_dir.exists():
+        kept.append(f"{agent_dir} (agent {DEFAULT_AGENT!r})")
+    else:
+        personas.create_pack(paths, DEFAULT_AGENT)
+        created.append(f"{agent_dir} (agent {DEFAULT_AGENT!r}) and its private workspace")
+    for line in created:
+        print(output.paint("created", "green") + f"  {line}")
+    for line in kept:
+        print(output.paint("kept", "dim") + f"     {line}")
+    home_flag = "" if args.home is None else f" --home {home}"
+    steps = [(f"secret set {provider.api_key} --value-stdin", f"the key of provider {name!r}, read from stdin")
+             for name, provider in cfg.providers.items()]
+    steps += [("up", "start the services in the background"),
+              ("chat", f"talk to agent {DEFAULT_AGENT!r} in this terminal"),
+              ("doctor", "check the setup")]
+    width = max(len(command) for command, _ in steps)
+    print()
+    print("Next:")
+    for command, why in steps:
+        print(f"  starling{home_flag} {command.ljust(width)}   # {why}")
+    return 0

@@ -1,0 +1,171 @@
+"""Persona packs: an agent's folder of Markdown and TOML files, created from defaults or copied, and listed."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.config import ID_PATTERN
+from common.errors import StarlingError
+from common.home import DIR_MODE, Paths, write_private_file
+
+_ID = re.compile(ID_PATTERN)
+
+PACK_FILES = ("IDENTITY.md", "SOUL.md", "USER.md", "AGENTS.md", "MEMORY.md", "config.toml", "skills.toml")
+SKILLS_DIR = "skills"
+SCRATCHPAD = ".scratchpad"
+FRESH_ON_COPY = ("MEMORY.md",)  # an agent's memories are its own: a copy starts with an empty one
+
+DEFAULT_TOOLS = ("files", "shell", "memory", "recall", "send", "cron", "jobs")
+
+
+@dataclass(frozen=True)
+class PackInfo:
+    id: str
+    path: Path
+    files: list[str]  # which of PACK_FILES are present
+    missing: list[str]  # which are not
+    skills: list[str]  # folders under skills/ that hold a SKILL.md
+
+
+def default_files(agent_id: str) -> dict[str, str]:
+    """The text of each file of a new pack, for agent ``agent_id``."""
+    tools = ", ".join(f'"{t}"' for t in DEFAULT_TOOLS)
+    return {
+        "IDENTITY.md": f"""\
+# Identity
+
+- Name: {agent_id}
+- Role: a personal assistant that helps its person get things done: answers questions, keeps
+  notes and reminders, and uses its tools on their behalf.
+""",
+        "SOUL.md": """\
+# Soul
+
+- Be warm, direct and brief. Lead with the answer; offer details when they are wanted.
+- Be honest: say what you do not know, and never pretend a tool ran when it did not.
+- Respect your person's time, privacy and decisions.
+""",
+        "USER.md": """\
+# User
+
+What you know about your person. Fill it in, or let the agent add to it as it learns.
+
+- Name:
+- Time zone:
+- Preferences:
+""",
+        "AGENTS.md": """\
+# Operating rules
+
+- Ask before anything dangerous: deleting or overwriting files, running commands that change the
+  system, sending messages to anyone else, spending money. Say what you will do and why.
+- Work in your private workspace; use the shared workspace only for what others should see.
+- Keep secrets secret: never repeat tokens, passwords or keys, not even back to your person.
+- Write down what you should remember in MEMORY.md, briefly.
+- When a task will take a while, say so, and report when it is done.
+""",
+        "MEMORY.md": """\
+# Memory
+""",
+        "config.toml": f"""\
+# Settings of this agent.
+
+provider = "default"           # a [providers.<name>] of the main config.toml
+model = ""                     # "" = the provider's model
+tools = [{tools}]
+
+[approval]
+mode = "ask"                   # ask the person before dangerous tool calls
+""",
+        "skills.toml": """\
+# Skills this agent may use: names of folders under skills/, each holding a SKILL.md.
+skills = []
+""",
+    }
+
+
+def _check_id(agent_id: str) -> None:
+    if not _ID.match(agent_id):
+        raise StarlingError(
+            f"invalid agent id {agent_id!r}: expected 1-32 characters of a-z 0-9 _ -, starting with a letter or digit"
+        )
+
+
+def _mkdir_private(folder: Path) -> None:
+    folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if folder.stat().st_mode & 0o777 != DIR_MODE:
+        os.chmod(folder, DIR_MODE)
+
+
+def _copy_private(source: Path, target: Path) -> None:
+    """Copy a pack's tree: folders 0700, files 0600; symlinks are not followed (skipped)."""
+    for entry in sorted(source.iterdir()):
+        if entry.is_symlink():
+            continue
+        dest = target / entry.name
+        if entry.is_dir():
+            _mkdir_private(dest)
+            _copy_private(entry, dest)
+        elif entry.is_file():
+            write_private_file(dest, entry.read_bytes())
+
+
+def create_pack(paths: Paths, agent_id: str, copy_from: str | None = None) -> Path:
+    """Create agents/<id>/ (defaults, or a copy of pack ``copy_from`` with a fresh MEMORY.md) and the
+    agent's private workspace; refuse an existing agent. The pack appears whole or not at all."""
+    _check_id(agent_id)
+    target = paths.agents_dir / agent_id
+    if target.exists():
+        raise StarlingError(f"agent {agent_id!r} already exists at {target}")
+    source = None
+    if copy_from is not None:
+        _check_id(copy_from)
+        source = paths.agents_dir / copy_from
+        if not source.is_dir():
+            raise StarlingError(f"no agent {copy_from!r} to copy from ({source} does not exist)")
+    _mkdir_private(paths.agents_dir)
+    building = paths.agents_dir / f".{agent_id}.{secrets.token_hex(4)}.new"
+    _mkdir_private(building)
+    try:
+        if source is not None:
+            _copy_private(source, building)
+            fresh = default_files(agent_id)
+            for name in FRESH_ON_COPY:
+                write_private_file(building / name, fresh[name].encode())
+        else:
+            for name, text in default_files(agent_id).items():
+                write_private_file(building / name, text.encode())
+        _mkdir_private(building / SKILLS_DIR)
+        try:
+            os.rename(building, target)  # fails if another process created it meanwhile
+        except OSError:
+            raise StarlingError(f"agent {agent_id!r} already exists at {target}") from None
+    finally:
+        if building.exists():
+            shutil.rmtree(building, ignore_errors=True)
+    private = paths.private_workspace(agent_id)
+    _mkdir_private(private)
+    _mkdir_private(private / SCRATCHPAD)
+    return target
+
+
+def list_packs(paths: Paths) -> list[PackInfo]:
+    """Every agent folder under agents_dir (names that are valid ids), sorted by id."""
+    if not paths.agents_dir.is_dir():
+        return []
+    packs = []
+    for entry in sorted(paths.agents_dir.iterdir()):
+        if not entry.is_dir() or not _ID.match(entry.name):
+            continue
+        present = [name for name in PACK_FILES if (entry / name).is_file()]
+        skills_dir = entry / SKILLS_DIR
+        skills = sorted(
+            d.name for d in skills_dir.iterdir() if (d / "SKILL.md").is_file()
+        ) if skills_dir.is_dir() else []
+        packs.append(PackInfo(entry.name, entry, present, [n for n in PACK_FILES if n not in present], skills))
+    return packs
