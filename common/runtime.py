@@ -49,6 +49,8 @@ class Runtime:
         next_beat = time.monotonic() + interval
         while True:
             await asyncio.sleep(max(0.0, min(tick, next_beat - time.monotonic())))
+            if not self._ready.is_set():
+                continue
             if watchdog:
                 notify_systemd("WATCHDOG=1")
             if time.monotonic() >= next_beat:
@@ -58,15 +60,25 @@ class Runtime:
                 except (asyncio.TimeoutError, StarlingError) as exc:
                     self.log.warning("heartbeat_failed", error=str(exc))
 
-    async def run(self, work: Work | None, state: str = "ready", detail: str = "") -> int:
+    async def announce_ready(self, state: str = "ready", detail: str = "") -> None:
+        """The service can do its work: tell the writer (which `starling up` watches) and systemd."""
+        await self.beat(state, detail)
+        notify_systemd("READY=1")
+        self.log.info("ready", state=state, detail=detail)
+        self._ready.set()
+
+    async def run(self, work: Work | None, state: str = "ready", detail: str = "",
+                  announces_ready: bool = False) -> int:
+        """Run ``work`` until it ends or SIGTERM. Readiness is announced at once, unless the work
+        ``announces_ready`` itself once it really can serve (a bound port, a loaded config)."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
+        self._ready = asyncio.Event()
         self.client.start()
         try:
-            await self.beat(state, detail)
-            notify_systemd("READY=1")
-            self.log.info("ready", state=state, detail=detail)
+            if not announces_ready:
+                await self.announce_ready(state, detail)
             tasks = [asyncio.create_task(self._heartbeats())]
             if work is not None:
                 tasks.append(asyncio.create_task(work(self)))
@@ -77,7 +89,8 @@ class Runtime:
                 task.cancel()
             await asyncio.gather(*tasks, stopper, return_exceptions=True)
             if failed:
-                self.log.error("failed", error=repr(failed[0].exception()))
+                error = failed[0].exception()
+                self.log.error("failed", error=str(error) or repr(error), kind=type(error).__name__)
                 return 1
             notify_systemd("STOPPING=1")
             try:

@@ -4,7 +4,8 @@ Rules (DESIGN.md, "The bus"): a new field gets a default; a field's type never c
 validates; one union per socket. Sockets and their unions:
 
 - writer ROUTER, client -> writer: ``Request`` (an id, an idempotency key and one ``WriteOp``)
-- writer ROUTER, writer -> client: ``Ack`` (the request's id and a ``Result`` or an error)
+- writer ROUTER, writer -> client: ``AckFrame``: an ``Ack`` (the request's id and a ``Result`` or an
+  error), or ``Acks`` bundling a client's acks from one group commit
 - writer PUB -> subscribers: ``Event``, on a topic (see ``topic_for``)
 """
 
@@ -294,6 +295,15 @@ class Ack(Msg):
     result: Result | None = None
     code: str = ""  # on failure: invalid | not_found | lease_lost | conflict | internal
     error: str = ""
+
+
+class Acks(Msg):
+    """Several acks for one client from one group commit, in one frame."""
+
+    acks: list[Ack]
+
+
+AckFrame = Ack | Acks
 
 
 # ---------------------------------------------------------------- events

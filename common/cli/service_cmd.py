@@ -78,7 +78,9 @@ def wait_ready(ctx: Context, sup: Supervisor, expected: list[str], since: float,
     deadline = time.monotonic() + timeout
     reader = None
     while True:
-        pids = {p.name: p.pid for p in sup.processes()}
+        processes = sup.processes()
+        pids = {p.name: p.pid for p in processes}
+        states = {p.name: p.state for p in processes}
         beats = {}
         try:
             reader = reader or db.open_reader(ctx.paths.db_file)
@@ -90,7 +92,8 @@ def wait_ready(ctx: Context, sup: Supervisor, expected: list[str], since: float,
             reader = None
         ready = [n for n in expected if _is_ready(beats.get(n), pids.get(n), since)]
         waiting = [n for n in expected if n not in ready]
-        if not waiting or time.monotonic() >= deadline:
+        given_up = all(states.get(n) == "FATAL" for n in waiting)  # supervisord stopped retrying them
+        if not waiting or given_up or time.monotonic() >= deadline:
             if reader is not None:
                 reader.close()
             return ready, waiting

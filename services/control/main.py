@@ -139,6 +139,7 @@ async def serve(rt: Runtime) -> None:
     site = web.TCPSite(runner, host.strip("[]"), int(port))
     await site.start()
     svc.log.info("listening", listen=svc.cfg.control.listen)
+    await rt.announce_ready()
     try:
         await control.watch()
     finally:
@@ -147,7 +148,7 @@ async def serve(rt: Runtime) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     svc = boot("control", argv, description="Starling's health endpoint and control API")
-    return asyncio.run(Runtime(svc).run(serve))
+    return asyncio.run(Runtime(svc).run(serve, announces_ready=True))
 
 
 if __name__ == "__main__":

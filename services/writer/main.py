@@ -28,6 +28,8 @@ from services.writer import apply as ops
 from services.writer.maintenance import Maintenance
 
 POLL_MAX_MS = 200
+_NOBLOCK = int(zmq.NOBLOCK)  # plain ints: pyzmq's flag enums cost microseconds per send
+_SNDMORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 LOG_EVERY_BAD = 100  # after the first 10 bad frames of a kind, log one in this many
 
 
@@ -37,6 +39,7 @@ class Writer:
         self.log = svc.log
         self.conn = conn
         self.key = svc.key
+        self.signer = bus.Signer(svc.key)
         self.batch_max = svc.cfg.writer.batch_max
         self.epoch = uuid.uuid4().hex[:16]
         self.seqs: dict[str, int] = {}
@@ -77,7 +80,7 @@ class Writer:
             self._drop("malformed", parts=len(frames))
             return None
         ident, tag, payload = frames
-        if len(tag) != bus.MAC_BYTES or not bus.verify(self.key, tag, payload):
+        if len(tag) != bus.MAC_BYTES or not self.signer.verify(tag, payload):
             self._drop("unauthenticated", size=len(payload))
             return None
         try:
@@ -106,9 +109,21 @@ class Writer:
         if ident:  # the writer's own requests (its heartbeat) have no one to ack
             self._send_raw(ident, bus.encode(ack))
 
+    def _send_acks(self, acks: list[tuple[bytes, m.Ack]]) -> None:
+        """One frame per client per group commit: far fewer sends and wake-ups than one per ack."""
+        by_client: dict[bytes, list[m.Ack]] = {}
+        for ident, ack in acks:
+            if ident:
+                by_client.setdefault(ident, []).append(ack)
+        for ident, bundle in by_client.items():
+            self._send_raw(ident, bus.encode(bundle[0] if len(bundle) == 1 else m.Acks(acks=bundle)))
+
     def _send_raw(self, ident: bytes, payload: bytes) -> None:
+        router = self.router
         try:
-            self.router.send_multipart([ident, bus.mac(self.key, payload), payload], zmq.NOBLOCK)
+            router.send(ident, _SNDMORE_NOBLOCK)
+            router.send(self.signer.mac(payload), _SNDMORE_NOBLOCK)
+            router.send(payload, _NOBLOCK)
         except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY) or its queue is full
             self._drop("ack_undeliverable", error=exc.strerror)
 
@@ -118,7 +133,9 @@ class Writer:
         payload = bus.encode(cls(epoch=self.epoch, seq=seq, **fields))
         raw_topic = topic.encode()
         try:
-            self.pub.send_multipart([raw_topic, bus.mac(self.key, payload, raw_topic), payload], zmq.NOBLOCK)
+            self.pub.send(raw_topic, _SNDMORE_NOBLOCK)
+            self.pub.send(self.signer.mac(payload, raw_topic), _SNDMORE_NOBLOCK)
+            self.pub.send(payload, _NOBLOCK)
         except zmq.Again:
             pass  # subscribers see the gap and re-read
 
@@ -144,9 +161,8 @@ class Writer:
             for ident, req in batch:
                 self._send_ack(ident, msgspec.structs.replace(failed, id=req.id))
             return
-        for ident, ack in acks:
-            self._send_ack(ident, ack)
-        for topic, cls, fields in events:
+        self._send_acks(acks)
+        for topic, cls, fields in _hints(events):
             self._publish(topic, cls, fields)
         self.maint.after_commit()
         for ident, req in later:
@@ -270,6 +286,15 @@ class Writer:
         self.pub.close(linger=bus.LINGER_MS)
         self.conn.close()
         self.log.info("stopped", dropped_frames=dict(self.bad))
+
+
+def _hints(events: list[ops.Pending]) -> list[ops.Pending]:
+    """Events are hints to re-read: one per session (turns) or chat (outbox) per commit is enough."""
+    latest: dict[tuple, ops.Pending] = {}
+    for event in events:
+        topic, _cls, fields = event
+        latest[(topic, fields.get("session_id"), fields.get("chat"))] = event
+    return list(latest.values())
 
 
 def _unlink_stale_ipc(endpoint: str) -> None:
