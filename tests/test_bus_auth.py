@@ -94,3 +94,12 @@ def test_a_frame_with_a_bad_mac_is_dropped_and_counted():
     payload = bus.encode(turn("e1", 1))
     outcome = sub._accept([b"turn/", b"0" * bus.MAC_BYTES, payload])
     assert (None, 1) == (outcome, sub.stats.dropped_frames)
+
+
+def test_bus_key_is_rfc5869_hkdf_sha256():
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    secret = b"a session secret of some length"
+    expected = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"starling bus v1").derive(secret)
+    assert expected == bus.bus_key(secret)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,8 +12,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import tempfile
+from pathlib import Path
 
 import pytest
+import zmq
 
 from common.supervisor import Supervisor
 from tests.procs import REPO, make_home, remove_home, wait_until
@@ -26,9 +30,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def starling(home, *args: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
+def starling(home, *args: str, timeout: float = 60, input: str | None = None,
+             env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "common.cli", "--home", str(home.root), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, input=input)
+                          capture_output=True, text=True, timeout=timeout, input=input,
+                          env={**os.environ, **(env or {})})
 
 
 def get(url: str, token: str | None = None) -> tuple[int, dict]:
@@ -43,12 +49,17 @@ def get(url: str, token: str | None = None) -> tuple[int, dict]:
 @pytest.fixture(scope="module")
 def running():
     port = free_port()
-    home = make_home(
+    root = Path(tempfile.mkdtemp(prefix="st", dir="/tmp"))
+    init = subprocess.run([sys.executable, "-m", "common.cli", "--home", str(root), "init"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert 0 == init.returncode, init.stderr
+    home = make_home(  # the fresh home, with a free port and quick heartbeats for the test
         f'[control]\nlisten = "127.0.0.1:{port}"\n'
         "[health]\nheartbeat_interval_ms = 1000\nwal_warn_threshold_mb = 2\n"
-        "[writer]\ncheckpoint_interval_s = 3600\nwal_truncate_mb = 512\n"
+        "[writer]\ncheckpoint_interval_s = 3600\nwal_truncate_mb = 512\n",
+        root=root,
     )
-    up = starling(home, "up", "--timeout", "60")
+    up = starling(home, "up", "--timeout", "60", env={"STARLING_LOG_MAXBYTES": "4KB"})  # rotate often
     home.base_url = f"http://127.0.0.1:{port}"
     home.up = up
     try:
@@ -69,7 +80,8 @@ def test_up_reports_every_service_ready(running):
 def test_status_lists_each_process_running_with_a_heartbeat(running):
     result = starling(running, "status", "--json")
     services = {s["service"]: s for s in json.loads(result.stdout)["services"]}
-    assert {n: "RUNNING" for n in SERVICES} == {n: services[n]["state"] for n in SERVICES}
+    # supervisord says STARTING until startsecs (1 s) pass; readiness is the heartbeat of that pid
+    assert {n: True for n in SERVICES} == {n: services[n]["state"] in ("STARTING", "RUNNING") for n in SERVICES}
     assert all(services[n]["pid"] and services[n]["heartbeat"] in ("ready", "idle") for n in SERVICES)
     assert "not configured" == services["gateway-telegram"]["state"]
 
@@ -79,6 +91,30 @@ def test_a_second_up_says_so_and_changes_nothing(running):
     result = starling(running, "up")
     after = {p.name: p.pid for p in Supervisor(running.paths).processes()}
     assert (0, True, before) == (result.returncode, "already running" in result.stdout, after)
+
+
+def test_logs_follow_keeps_reading_across_supervisord_rotations(running):
+    out = running.root / "follow.txt"
+    with open(out, "w") as sink:
+        follower = subprocess.Popen([sys.executable, "-m", "common.cli", "--home", str(running.root), "logs",
+                                     "writer", "-f", "-n", "0"], cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(1.0)  # the follower is reading
+            peer = zmq.Context.instance().socket(zmq.DEALER)
+            peer.setsockopt(zmq.LINGER, 1000)
+            peer.connect(running.endpoints.writer)
+            for _ in range(4000):  # unsigned frames: the writer logs a drop at 1..10, then every 100th
+                peer.send_multipart([b"0" * 16, b"garbage"])
+            peer.close()
+            wait_until(lambda: out.read_text().count("frame_dropped") >= 40, timeout=20, what="40 followed lines")
+        finally:
+            follower.send_signal(signal.SIGINT)
+            code = follower.wait(10)
+    counts = [int(c) for c in re.findall(r"count=(\d+)", out.read_text())]
+    hundreds = [c for c in counts if c % 100 == 0]
+    rotated = (running.paths.logs_dir / "writer.log.1").exists()
+    assert (0, True) == (code, rotated)
+    assert list(range(hundreds[0], hundreds[0] + 100 * len(hundreds), 100)) == hundreds  # no line lost
 
 
 @pytest.mark.parametrize("service", SERVICES)
