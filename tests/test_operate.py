@@ -95,25 +95,36 @@ def test_a_second_up_says_so_and_changes_nothing(running):
 
 def test_logs_follow_keeps_reading_across_supervisord_rotations(running):
     out = running.root / "follow.txt"
+    peer = zmq.Context.instance().socket(zmq.DEALER)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.setsockopt(zmq.SNDHWM, 0)
+    peer.connect(running.endpoints.writer)
+
+    def followed() -> str:
+        return out.read_text()
+
     with open(out, "w") as sink:
         follower = subprocess.Popen([sys.executable, "-m", "common.cli", "--home", str(running.root), "logs",
                                      "writer", "-f", "-n", "0"], cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
         try:
-            time.sleep(1.0)  # the follower is reading
-            peer = zmq.Context.instance().socket(zmq.DEALER)
-            peer.setsockopt(zmq.LINGER, 1000)
-            peer.connect(running.endpoints.writer)
-            for _ in range(4000):  # unsigned frames: the writer logs a drop at 1..10, then every 100th
+            # an unsigned frame makes the writer log a drop: repeat until the follower shows one
+            def reading() -> bool:
+                peer.send_multipart([b"0" * 16, b"marker"])
+                return "frame_dropped" in followed()
+
+            wait_until(reading, timeout=20, interval=0.3, what="the follower to show a first line")
+            for _ in range(4000):  # the writer logs a drop at counts 1..10, then every 100th
                 peer.send_multipart([b"0" * 16, b"garbage"])
-            peer.close()
-            wait_until(lambda: out.read_text().count("frame_dropped") >= 40, timeout=20, what="40 followed lines")
+            wait_until(lambda: followed().count("frame_dropped") >= 45, timeout=30,
+                       what=f"the flood to be followed, got:\n{followed()[-1500:]}")
         finally:
+            peer.close()
             follower.send_signal(signal.SIGINT)
             code = follower.wait(10)
-    counts = [int(c) for c in re.findall(r"count=(\d+)", out.read_text())]
+    counts = [int(c) for c in re.findall(r"count=(\d+)", followed())]
     hundreds = [c for c in counts if c % 100 == 0]
     rotated = (running.paths.logs_dir / "writer.log.1").exists()
-    assert (0, True) == (code, rotated)
+    assert (0, True, True) == (code, rotated, len(hundreds) >= 38)
     assert list(range(hundreds[0], hundreds[0] + 100 * len(hundreds), 100)) == hundreds  # no line lost
 
 

@@ -211,6 +211,7 @@ class Tracked:
         if (st.st_dev, st.st_ino) != self.ident:
             lines += self._read(final=True)  # the last lines written before the rotation
             self.fh.close()
+            lines += self._rotated_after(self.ident)
             self._open(from_start=True)
             if self.fh is not None:
                 lines += self._read()
@@ -218,6 +219,29 @@ class Tracked:
             self.fh.seek(0)
             self.partial = b""
             lines += self._read()
+        return lines
+
+    def _rotated_after(self, ident: tuple[int, int] | None) -> list[str]:
+        """Whole files rotated after ours between two polls (supervisord: NAME.1 is the newest backup).
+
+        Our old file is now NAME.k; NAME.k-1 ... NAME.1 were written after it, oldest first. When
+        ours is gone (pushed past the last backup), every backup left is newer than it.
+        """
+        backups = []
+        n = 1
+        while (candidate := self.path.with_name(f"{self.path.name}.{n}")).exists():
+            backups.append(candidate)
+            n += 1
+        newer = []
+        for candidate in backups:
+            st = candidate.stat()
+            if (st.st_dev, st.st_ino) == ident:
+                break
+            newer.append(candidate)
+        lines: list[str] = []
+        for candidate in reversed(newer):
+            data = candidate.read_bytes()
+            lines += [line.decode("utf-8", "replace") for line in data.split(b"\n") if line]
         return lines
 
     def close(self) -> None:
