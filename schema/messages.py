@@ -105,10 +105,13 @@ class EnqueueOutbox(Msg):
 
 
 class ClaimOutbox(Msg):
-    """A gateway claims deliverable outbox rows of its instances (the head of each chat's queue)."""
+    """A gateway claims deliverable outbox rows of its instances (the head of each chat's queue).
+
+    ``chats`` narrows the claim to some chats (`starling chat` claims only its own)."""
 
     worker: str
     instances: list[str]
+    chats: list[str] = []
     limit: int = 16
     lease_s: float = 30.0
 
@@ -167,6 +170,108 @@ class FtsRebuild(Msg):
     """Rebuild the recall index from the turns table."""
 
 
+class CloseSession(Msg):
+    """End a conversation (/new, a reset): the chat's next message opens a fresh session."""
+
+    session_id: int
+    reason: str = "new"
+
+
+class SetSummary(Msg):
+    """Compaction: turns up to ``upto_turn_id`` are now represented by ``summary`` in the prompt."""
+
+    session_id: int
+    summary: str
+    upto_turn_id: int
+
+
+class RecordTool(Msg):
+    """Audit of one tool execution (arguments already redacted)."""
+
+    session_id: int
+    turn_id: int
+    agent: str
+    tool: str
+    arguments: str = "{}"
+    outcome: str = "ok"  # ok | error | refused | denied | pending
+    result_path: str = ""
+    error: str = ""
+    duration_ms: float = 0.0
+
+
+class RecordUsage(Msg):
+    """Tokens and cost of one model call."""
+
+    session_id: int
+    turn_id: int
+    agent: str
+    provider: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class ParkTurn(Msg):
+    """A claimed turn waits for a person's decision: the approval is stored and the lease released.
+
+    The writer answers ``Stored`` with nothing new; when the approval is decided, the turn is pending
+    again and is claimed and resumed like any other.
+    """
+
+    turn_id: int
+    worker: str
+    approval_id: str
+    tool: str
+    arguments: str = "{}"
+    reason: str = ""
+    ttl_s: float = 3600.0
+
+
+class DecideApproval(Msg):
+    """A person approves or denies a pending approval; ``always`` also stores a standing grant."""
+
+    approval_id: str
+    approve: bool
+    decided_by: str
+    always: bool = False
+    grant_pattern: str = ""  # the grant's scope, e.g. the command prefix; "" = this exact call
+
+
+class CronAdd(Msg):
+    """Create a cron job (a cron expression in a time zone, or a one-shot ``run_at``)."""
+
+    name: str
+    prompt: str
+    agent: str
+    deliver_instance: str
+    deliver_chat: str
+    schedule: str = ""
+    tz: str = "UTC"
+    run_at: float = 0.0
+    created_by: str = ""
+
+
+class CronRemove(Msg):
+    name: str
+
+
+class JobStarted(Msg):
+    """A background command started; its output goes to ``log_path`` under data/jobs/."""
+
+    agent: str
+    session_id: int
+    command: str
+    log_path: str
+    pid: int
+
+
+class JobEnded(Msg):
+    job_id: int
+    state: str  # done | failed | killed
+    exit_code: int = 0
+
+
 WriteOp = (
     Inbound
     | ClaimTurn
@@ -184,6 +289,16 @@ WriteOp = (
     | Checkpoint
     | Backup
     | FtsRebuild
+    | CloseSession
+    | SetSummary
+    | RecordTool
+    | RecordUsage
+    | ParkTurn
+    | DecideApproval
+    | CronAdd
+    | CronRemove
+    | JobStarted
+    | JobEnded
 )
 
 

@@ -117,10 +117,37 @@ def test_touch_sets_last_active_at(conn):
     assert T0 + 42 == session_store.get(conn, sid).last_active_at
 
 
-def test_set_summary_stores_the_summary(conn):
+def test_set_summary_stores_the_summary_and_what_it_covers(conn):
     sid = new_session(conn)
-    session_store.set_summary(conn, sid, "they talked about retries")
-    assert "they talked about retries" == session_store.get(conn, sid).summary
+    session_store.set_summary(conn, sid, "they talked about retries", 42)
+    assert ("they talked about retries", 42) == session_store.summary(conn, sid)
+
+
+def test_summary_of_a_fresh_session_is_empty(conn):
+    assert ("", 0) == session_store.summary(conn, new_session(conn))
+
+
+def test_claim_for_one_chat_takes_only_that_chats_head(conn):
+    a1 = outbox_store.enqueue(conn, None, None, "cli", "a", "a1", "", "", T0)
+    outbox_store.enqueue(conn, None, None, "cli", "a", "a2", "", "", T0)
+    outbox_store.enqueue(conn, None, None, "cli", "b", "b1", "", "", T0)
+    first = outbox_store.claim(conn, ["cli"], "w", 10, 30, T0, chats=["a"])
+    again = outbox_store.claim(conn, ["cli"], "w", 10, 30, T0, chats=["a"])  # head held: nothing
+    assert ([a1], []) == ([i.id for i in first], [i.id for i in again])
+
+
+def test_park_releases_the_session_and_unpark_puts_the_turn_ahead_again(conn):
+    sid = new_session(conn)
+    first = user_turn(conn, sid, "delete my files")
+    second = user_turn(conn, sid, "/approve X")
+    claim = turn_store.claim_next(conn, "w", 60, T0)
+    parked = turn_store.park(conn, claim.turn_id, "w")
+    next_claim = turn_store.claim_next(conn, "w", 60, T0)
+    turn_store.finish(conn, second, "w", True, "", T0)
+    unparked = turn_store.unpark(conn, first)
+    resumed = turn_store.claim_next(conn, "w", 60, T0)
+    assert (first, True, second, True, first) == (
+        claim.turn_id, parked, next_claim.turn_id, unparked, resumed.turn_id)
 
 
 def test_get_returns_the_new_session(conn):

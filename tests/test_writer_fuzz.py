@@ -30,6 +30,21 @@ wrong_ops = st.one_of(
               session_id=st.integers(-5, 10**6)),
     st.builds(m.Checkpoint, mode=st.text(max_size=10)),
     st.builds(m.ReleaseOutbox, ids=st.lists(st.integers(-5, 10**6), max_size=3), worker=st.text(max_size=5)),
+    st.builds(m.ParkTurn, turn_id=st.integers(-5, 10**6), worker=st.text(max_size=5), approval_id=st.text(max_size=8),
+              tool=st.text(max_size=8), ttl_s=st.floats(allow_nan=True, allow_infinity=True)),
+    st.builds(m.DecideApproval, approval_id=st.text(max_size=8), approve=st.booleans(), decided_by=st.text(max_size=5),
+              always=st.booleans()),
+    st.builds(m.CronAdd, name=st.text(max_size=8), prompt=st.text(max_size=20), agent=st.text(max_size=5),
+              deliver_instance=st.text(max_size=5), deliver_chat=st.text(max_size=5), schedule=st.text(max_size=10),
+              run_at=st.floats(allow_nan=True, allow_infinity=True)),
+    st.builds(m.CronRemove, name=st.text(max_size=8)),
+    st.builds(m.JobEnded, job_id=st.integers(-2**63, 2**63 - 1), state=st.text(max_size=8)),
+    st.builds(m.SetSummary, session_id=st.integers(-5, 10**6), summary=st.text(max_size=20),
+              upto_turn_id=st.integers(-2**63, 2**63 - 1)),
+    st.builds(m.CloseSession, session_id=st.integers(-2**63, 2**63 - 1)),
+    st.builds(m.RecordUsage, session_id=st.integers(-5, 10**6), turn_id=st.integers(-5, 10**6), agent=st.text(max_size=5),
+              provider=st.text(max_size=5), model=st.text(max_size=5), input_tokens=st.integers(-2**63, 2**63 - 1),
+              cost_usd=st.floats(allow_nan=True, allow_infinity=True)),
 )
 
 
@@ -80,7 +95,7 @@ def test_signed_garbage_is_dropped(writer_home, payload):
         peer.close()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(op=wrong_ops)
 def test_valid_but_wrong_requests_get_an_answer(writer_home, op):
     async def go():

@@ -19,6 +19,12 @@ CLAIMABLE = (
     "             AND h.state IN ('pending', 'claimed'))"
     " ORDER BY o.id LIMIT ?"
 )
+CLAIMABLE_CHAT = (  # the head of one chat's queue, if it can be taken
+    "SELECT o.id FROM outbox o"
+    " WHERE o.id = (SELECT min(h.id) FROM outbox h WHERE h.instance = ? AND h.chat = ?"
+    "               AND h.state IN ('pending', 'claimed'))"
+    " AND ((o.state = 'pending' AND o.not_before <= ?) OR (o.state = 'claimed' AND o.lease_until <= ?))"
+)
 TAKE = (
     "UPDATE outbox SET state = 'claimed', lease_owner = ?, lease_until = ?, attempts = attempts + 1"
     " WHERE id = ?"
@@ -101,13 +107,19 @@ def enqueue(
 
 
 def claim(
-    conn: apsw.Connection, instances: list[str], worker: str, limit: int, lease_s: float, now: float
+    conn: apsw.Connection, instances: list[str], worker: str, limit: int, lease_s: float, now: float,
+    chats: list[str] | None = None,
 ) -> list[Item]:
+    """Lease the deliverable head of each chat's queue; ``chats`` narrows it to those chats."""
     items: list[Item] = []
     for instance in instances:
         if len(items) >= limit:
             break
-        ids = [row[0] for row in conn.execute(CLAIMABLE, (instance, now, now, limit - len(items)))]
+        if chats:
+            ids = [row[0] for chat in chats for row in conn.execute(CLAIMABLE_CHAT, (instance, chat, now, now))]
+            ids = ids[: limit - len(items)]
+        else:
+            ids = [row[0] for row in conn.execute(CLAIMABLE, (instance, now, now, limit - len(items)))]
         for outbox_id in ids:
             conn.execute(TAKE, (worker, now + lease_s, outbox_id))
             items.append(Item(*conn.execute(ITEM, (outbox_id,)).fetchone()))

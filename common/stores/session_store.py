@@ -18,7 +18,8 @@ GET = (
 )
 CLOSE = "UPDATE sessions SET state = 'closed', closed_at = ?, close_reason = ? WHERE id = ? AND state = 'open'"
 UNMAP = "DELETE FROM session_map WHERE session_id = ?"
-SET_SUMMARY = "UPDATE sessions SET summary = ? WHERE id = ?"
+SET_SUMMARY = "UPDATE sessions SET summary = ?, summary_upto = ? WHERE id = ?"
+SUMMARY = "SELECT summary, summary_upto FROM sessions WHERE id = ?"
 LIST_RECENT = (
     "SELECT id, agent, instance, chat, title, summary, state, created_at, last_active_at, closed_at"
     " FROM sessions ORDER BY last_active_at DESC, id DESC LIMIT ?"
@@ -63,8 +64,16 @@ def touch(conn: apsw.Connection, session_id: int, now: float) -> None:
     conn.execute(TOUCH, (now, session_id))
 
 
-def set_summary(conn: apsw.Connection, session_id: int, summary: str) -> None:
-    conn.execute(SET_SUMMARY, (summary, session_id))
+def set_summary(conn: apsw.Connection, session_id: int, summary: str, upto_turn_id: int) -> bool:
+    """Compaction: the turns up to ``upto_turn_id`` are now represented by ``summary``."""
+    conn.execute(SET_SUMMARY, (summary, upto_turn_id, session_id))
+    return conn.changes() > 0
+
+
+def summary(conn: apsw.Connection, session_id: int) -> tuple[str, int]:
+    """(summary, the last turn id it covers); ("", 0) when there is none."""
+    row = conn.execute(SUMMARY, (session_id,)).fetchone()
+    return ("", 0) if row is None else (row[0], int(row[1]))
 
 
 def get(conn: apsw.Connection, session_id: int) -> Session | None:

@@ -45,6 +45,11 @@ RELEASE = (
     "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until = NULL,"
     " attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 )
+PARK = (
+    "UPDATE turns SET state = 'waiting', lease_owner = NULL, lease_until = NULL"
+    " WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+UNPARK = "UPDATE turns SET state = 'pending', attempts = 0 WHERE id = ? AND state = 'waiting'"
 SESSION_OF = "SELECT session_id FROM turns WHERE id = ?"
 GET = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
@@ -141,6 +146,18 @@ def finish(conn: apsw.Connection, turn_id: int, worker: str, ok: bool, error: st
 
 def release(conn: apsw.Connection, turn_id: int, worker: str) -> bool:
     conn.execute(RELEASE, (turn_id, worker))
+    return conn.changes() > 0
+
+
+def park(conn: apsw.Connection, turn_id: int, worker: str) -> bool:
+    """A claimed turn waits for a person (an approval): the lease is released, the session moves on."""
+    conn.execute(PARK, (turn_id, worker))
+    return conn.changes() > 0
+
+
+def unpark(conn: apsw.Connection, turn_id: int) -> bool:
+    """The decision came: the turn is pending again, ahead of the session's later turns."""
+    conn.execute(UNPARK, (turn_id,))
     return conn.changes() > 0
 
 

@@ -9,6 +9,7 @@ CREATE TABLE sessions (
     chat            TEXT NOT NULL,
     title           TEXT NOT NULL DEFAULT '',
     summary         TEXT NOT NULL DEFAULT '',  -- compaction summary of older turns
+    summary_upto    INTEGER NOT NULL DEFAULT 0, -- turns up to this id are represented by the summary
     state           TEXT NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'closed')),
     created_at      REAL NOT NULL,
     last_active_at  REAL NOT NULL,
@@ -39,8 +40,9 @@ CREATE TABLE turns (
     reply_to         TEXT NOT NULL DEFAULT '',
     attachments      TEXT NOT NULL DEFAULT '[]',   -- JSON list of paths under data/attachments
     meta             TEXT NOT NULL DEFAULT '{}',   -- JSON object (tool call ids, platform details)
-    -- work state of an inbound turn; NULL for turns that are not work (answers, tool results)
-    state            TEXT CHECK (state IN ('pending', 'claimed', 'done', 'failed')),
+    -- work state of an inbound turn; NULL for turns that are not work (answers, tool results);
+    -- waiting: parked until a person decides an approval, then pending again
+    state            TEXT CHECK (state IN ('pending', 'claimed', 'waiting', 'done', 'failed')),
     lease_owner      TEXT,
     lease_until      REAL,
     attempts         INTEGER NOT NULL DEFAULT 0,

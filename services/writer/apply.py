@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from common.stores import beat_store, keys_store, outbox_store, session_store, turn_store
+from common.stores import (
+    approval_store, audit_store, beat_store, cron_store, job_store, keys_store, outbox_store, session_store,
+    turn_store,
+)
 from schema import messages as m
 
 _json = msgspec.json.Encoder()
@@ -60,7 +63,8 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             ids = _enqueue(conn, op.session_id or None, None, op.instance, op.chat, op.replies, now, events)
             return m.Queued(ids=ids)
         case m.ClaimOutbox():
-            items = outbox_store.claim(conn, op.instances, op.worker, max(1, op.limit), _lease(op.lease_s), now)
+            items = outbox_store.claim(conn, op.instances, op.worker, max(1, op.limit), _lease(op.lease_s), now,
+                                       op.chats)
             return m.OutboxClaim(items=[m.OutboxItem(**i._asdict()) for i in items], lease_until=now + _lease(op.lease_s))
         case m.OutboxSent():
             row = _held_outbox(conn, op.id)
@@ -85,6 +89,44 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             beat_store.record(conn, op.service, op.pid, op.state, op.detail, now, op.parent_pid)
             return m.Done()
         case m.Ping():
+            return m.Done()
+        case m.CloseSession():
+            _need_session(conn, op.session_id)
+            session_store.close(conn, op.session_id, op.reason, now)
+            return m.Done()
+        case m.SetSummary():
+            _need_session(conn, op.session_id)
+            session_store.set_summary(conn, op.session_id, op.summary, op.upto_turn_id)
+            return m.Done()
+        case m.RecordTool():
+            return m.Stored(id=audit_store.record_tool(
+                conn, op.session_id or None, op.turn_id, op.agent, op.tool, op.arguments, op.outcome,
+                op.result_path, op.error, op.duration_ms, now))
+        case m.RecordUsage():
+            return m.Stored(id=audit_store.record_usage(
+                conn, op.session_id or None, op.turn_id, op.agent, op.provider, op.model, op.input_tokens,
+                op.output_tokens, op.cost_usd, now))
+        case m.ParkTurn():
+            return _park(conn, op, now)
+        case m.DecideApproval():
+            return _decide(conn, op, now, events)
+        case m.CronAdd():
+            if bool(op.schedule) == bool(op.run_at):
+                raise Rejected("invalid", "a cron job needs a schedule or a run_at time, not both")
+            job_id = cron_store.add(conn, op.name, op.schedule, op.tz, op.run_at or None, op.prompt, op.agent,
+                                    op.deliver_instance, op.deliver_chat, op.created_by, now)
+            return m.Stored(id=job_id)
+        case m.CronRemove():
+            if not cron_store.remove(conn, op.name):
+                raise Rejected("not_found", f"no cron job named {op.name!r}")
+            return m.Done()
+        case m.JobStarted():
+            return m.Stored(id=job_store.start(conn, op.session_id or None, op.agent, op.command, op.pid,
+                                               op.log_path, now))
+        case m.JobEnded():
+            if op.state not in ("done", "failed", "killed"):
+                raise Rejected("invalid", f"state must be done, failed or killed, not {op.state!r}")
+            job_store.end(conn, op.job_id, op.state, op.exit_code, now)
             return m.Done()
     raise Rejected("invalid", f"{type(op).__name__} is not a write the writer applies in a batch")
 
@@ -166,3 +208,49 @@ def _held_outbox(conn, outbox_id: int) -> outbox_store.Row:
     if row is None:
         raise Rejected("not_found", f"outbox row {outbox_id} does not exist")
     return row
+
+
+def _park(conn, op: m.ParkTurn, now: float) -> m.Done:
+    turn = turn_store.get(conn, op.turn_id)
+    if turn is None:
+        raise Rejected("not_found", f"turn {op.turn_id} does not exist")
+    if not 0 < op.ttl_s <= 7 * 86400:
+        raise Rejected("invalid", f"ttl_s must be in (0, 7 days], not {op.ttl_s}")
+    if not turn_store.park(conn, op.turn_id, op.worker):
+        raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
+    session = session_store.get(conn, turn.session_id)
+    approval_store.create(conn, op.approval_id, turn.session_id, op.turn_id, session.agent, op.tool, op.arguments,
+                          op.reason, now, op.ttl_s)
+    return m.Done()
+
+
+def _decide(conn, op: m.DecideApproval, now: float, events: list[Pending]) -> m.Done:
+    approval = approval_store.get(conn, op.approval_id)
+    if approval is None:
+        raise Rejected("not_found", f"no approval {op.approval_id!r}")
+    if approval.state != "pending":
+        raise Rejected("conflict", f"approval {op.approval_id} is already {approval.state}")
+    if approval.expires_at <= now:  # the writer's expiry timer resumes its turn
+        raise Rejected("conflict", f"approval {op.approval_id} expired")
+    approval_store.decide(conn, op.approval_id, "approved" if op.approve else "denied", op.decided_by, now)
+    if op.approve and op.always:
+        approval_store.grant(conn, approval.agent, approval.tool, op.grant_pattern or approval.arguments,
+                             op.decided_by, now)
+    _resume(conn, approval, events)
+    return m.Done()
+
+
+def _resume(conn, approval: approval_store.Approval, events: list[Pending]) -> None:
+    if approval.turn_id and turn_store.unpark(conn, approval.turn_id):
+        events.append((m.TOPIC_TURN, m.TurnPending,
+                       {"session_id": approval.session_id or 0, "turn_id": approval.turn_id}))
+
+
+def expire_approvals(conn, now: float, events: list[Pending]) -> int:
+    """Mark approvals past their time expired and put their turns back to work (the runner tells the model)."""
+    approval_ids = approval_store.due(conn, now)
+    for approval_id in approval_ids:
+        approval = approval_store.get(conn, approval_id)
+        if approval is not None and approval_store.decide(conn, approval_id, "expired", "timeout", now):
+            _resume(conn, approval, events)
+    return len(approval_ids)

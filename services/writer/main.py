@@ -28,6 +28,7 @@ from services.writer import apply as ops
 from services.writer.maintenance import Maintenance
 
 POLL_MAX_MS = 200
+APPROVAL_EXPIRY_EVERY_S = 5.0
 _NOBLOCK = int(zmq.NOBLOCK)  # plain ints: pyzmq's flag enums cost microseconds per send
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 LOG_EVERY_BAD = 100  # after the first 10 bad frames of a kind, log one in this many
@@ -51,6 +52,7 @@ class Writer:
         self.next_beat = 0.0
         self.service_beat_s = svc.cfg.health.heartbeat_interval_ms / 1000
         self.next_service_beat = 0.0
+        self.next_expiry = 0.0
         self.watchdog_s = watchdog_interval_s()
         self.next_watchdog = 0.0
         ctx = zmq.Context.instance()
@@ -250,6 +252,24 @@ class Writer:
             self.next_watchdog = now_mono + self.watchdog_s
             notify_systemd("WATCHDOG=1")
 
+    def _expire_approvals(self, now_mono: float) -> None:
+        if now_mono < self.next_expiry:
+            return
+        self.next_expiry = now_mono + APPROVAL_EXPIRY_EVERY_S
+        events: list[ops.Pending] = []
+        db_store.begin(self.conn)
+        try:
+            expired = ops.expire_approvals(self.conn, time.time(), events)
+            db_store.commit(self.conn)
+        except apsw.Error as exc:
+            db_store.rollback(self.conn)
+            self.log.error("approval_expiry_failed", error=str(exc))
+            return
+        for topic, cls, fields in _hints(events):
+            self._publish(topic, cls, fields)
+        if expired:
+            self.log.info("approvals_expired", count=expired)
+
     def run(self) -> None:
         self.log.info("ready", db=str(self.svc.paths.db_file), schema_version=self.schema_version,
                       writer=self.svc.endpoints.writer, events=self.svc.endpoints.events, epoch=self.epoch)
@@ -258,6 +278,7 @@ class Writer:
             now = time.monotonic()
             self._beat(now)
             self.maint.on_timer(now)
+            self._expire_approvals(now)
             if self.maint.backup is not None:
                 timeout = 0
             else:

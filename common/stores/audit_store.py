@@ -1,0 +1,58 @@
+"""The audit trail of what agents did: tool executions, model usage and cost."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import apsw
+
+TOOL = (
+    "INSERT INTO tool_executions (session_id, turn_id, agent, tool, arguments, outcome, result_path, error,"
+    " duration_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+USAGE = (
+    "INSERT INTO usage (session_id, turn_id, agent, provider, model, input_tokens, output_tokens, cost_usd,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+TOOLS_FOR_SESSION = (
+    "SELECT id, turn_id, tool, arguments, outcome, result_path, error, duration_ms, created_at"
+    " FROM tool_executions WHERE session_id = ? ORDER BY id"
+)
+USAGE_FOR_SESSION = (
+    "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cost_usd), 0)"
+    " FROM usage WHERE session_id = ?"
+)
+
+
+class ToolRun(NamedTuple):
+    id: int
+    turn_id: int
+    tool: str
+    arguments: str
+    outcome: str
+    result_path: str
+    error: str
+    duration_ms: float
+    created_at: float
+
+
+def record_tool(conn: apsw.Connection, session_id: int, turn_id: int, agent: str, tool: str, arguments: str,
+                outcome: str, result_path: str, error: str, duration_ms: float, now: float) -> int:
+    conn.execute(TOOL, (session_id, turn_id, agent, tool, arguments, outcome, result_path, error, duration_ms, now))
+    return conn.last_insert_rowid()
+
+
+def record_usage(conn: apsw.Connection, session_id: int, turn_id: int, agent: str, provider: str, model: str,
+                 input_tokens: int, output_tokens: int, cost_usd: float, now: float) -> int:
+    conn.execute(USAGE, (session_id, turn_id, agent, provider, model, input_tokens, output_tokens, cost_usd, now))
+    return conn.last_insert_rowid()
+
+
+def tools_for_session(conn: apsw.Connection, session_id: int) -> list[ToolRun]:
+    return [ToolRun(*row) for row in conn.execute(TOOLS_FOR_SESSION, (session_id,))]
+
+
+def usage_for_session(conn: apsw.Connection, session_id: int) -> tuple[int, int, float]:
+    """(input tokens, output tokens, cost in USD) of every model call in the session."""
+    row = conn.execute(USAGE_FOR_SESSION, (session_id,)).fetchone()
+    return int(row[0]), int(row[1]), float(row[2])

@@ -1,0 +1,60 @@
+"""The runner's model vocabulary: messages, tool specs and replies, independent of any provider's format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]  # decoded JSON object; a model's malformed arguments become {"_raw": "..."}
+
+
+@dataclass(frozen=True)
+class Message:
+    """One conversation message in provider-neutral form.
+
+    role: "user" | "assistant" | "tool". An assistant message may carry ``tool_calls``; a tool message
+    answers one call (``tool_call_id``, ``name``). The system prompt is passed separately.
+    """
+
+    role: str
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema of the arguments object
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str = ""  # the provider's own word (stop, tool_calls, end_turn, tool_use, length, ...)
+    model: str = ""
+
+
+class ProviderError(Exception):
+    """A model call that failed for good (after retries). ``user_text`` is safe to show the person."""
+
+    def __init__(self, kind: str, user_text: str, detail: str = "") -> None:
+        super().__init__(detail or user_text)
+        self.kind = kind  # missing_key | unreachable | timeout | rate_limited | server_error | bad_request | malformed
+        self.user_text = user_text
+        self.detail = detail

@@ -1,0 +1,41 @@
+"""What every tool gets and returns: the context of the turn it runs in, and its result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from common.config import Config
+from common.home import Paths
+from schema import messages as m
+
+# Sends one write to the writer and returns its result (raises common.errors.WriteRejected/BusTimeout).
+WriterCall = Callable[[m.WriteOp], Awaitable[m.Result | None]]
+
+
+@dataclass
+class ToolContext:
+    """Where a tool runs: one agent, one session, one turn; how it reaches the writer and the database."""
+
+    paths: Paths
+    cfg: Config
+    agent: str
+    session_id: int
+    turn_id: int
+    instance: str
+    chat: str
+    call: WriterCall  # writes go through the writer, like every other process's
+    reader: Callable[[], Any]  # returns a read-only apsw connection (use common.db.read_tx around reads)
+    log: Any  # structlog logger bound with session_id and turn_id
+    approved: bool = False  # the person approved this very call (/approve): run it despite its class
+
+
+@dataclass
+class ToolResult:
+    """``content`` goes back to the model. ``outcome``: ok | error | refused | needs_approval."""
+
+    content: str
+    outcome: str = "ok"
+    approval_reason: str = ""  # with needs_approval: what the person is asked to allow
+    files: list[Path] = field(default_factory=list)  # files sent to the chat by the tool, if any
