@@ -52,11 +52,12 @@ def bus_key(session_secret: bytes) -> bytes:
 
 
 def mac(key: bytes, payload: bytes, topic: bytes = b"") -> bytes:
-    return hmac.digest(key, topic + b"\0" + payload, "sha256")[:MAC_BYTES]
+    """One frame's tag (for one-off use; long-lived sockets keep a Signer)."""
+    return Signer(key).mac(payload, topic)
 
 
 def verify(key: bytes, tag: bytes, payload: bytes, topic: bytes = b"") -> bool:
-    return hmac.compare_digest(tag, mac(key, payload, topic))
+    return Signer(key).verify(tag, payload, topic)
 
 
 class Signer:
@@ -157,7 +158,6 @@ class WriterClient:
     ) -> None:
         self.endpoint = endpoint
         self.stats = ClientStats()
-        self._key = key
         self._signer = Signer(key)
         self._prefix = f"{name}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._ids = itertools.count(1)
@@ -327,7 +327,6 @@ class EventSubscriber:
     ) -> None:
         self.endpoint = endpoint
         self.stats = SubscriberStats()
-        self._key = key
         self._signer = Signer(key)
         self._topics = list(topics)
         self._beat_timeout_s = beat_timeout_s

@@ -272,12 +272,29 @@ def load_config(path: Path) -> Config:
     except OSError as e:
         raise ConfigError(path, "-", f"cannot read: {e.strerror}") from None
     try:
-        return msgspec.toml.decode(data, type=Config)
+        cfg = msgspec.toml.decode(data, type=Config)
     except msgspec.ValidationError as e:
         key, reason = _explain(e, msgspec.toml.decode(data))
         raise ConfigError(path, key, reason) from None
     except msgspec.DecodeError as e:
         raise ConfigError(path, "-", f"invalid TOML: {e}") from None
+    for name, key in referenced_secrets(cfg).items():
+        if looks_like_a_value(name):  # never echoed: it may be the secret itself
+            raise ConfigError(path, key, "this looks like a secret's value, not its name: put a name here"
+                              " (e.g. \"openai\") and store the value with `starling secret set NAME --value-stdin`")
+    return cfg
+
+
+_VALUE_PREFIXES = ("sk-", "sk_", "xoxb-", "xoxp-", "xoxa-", "xapp-", "eaa", "aiza", "ghp_", "gho_", "glpat-")
+
+
+def looks_like_a_value(name: str) -> bool:
+    """A pasted API key rather than a name: a known token prefix, or a long unbroken run of letters and digits."""
+    lowered = name.lower()
+    if lowered.startswith(_VALUE_PREFIXES):
+        return True
+    longest = max((len(part) for part in re.split(r"[-_.]", name)), default=0)
+    return longest >= 24 and any(c.isdigit() for c in name) and any(c.isalpha() for c in name)
 
 
 def _explain(err: msgspec.ValidationError, raw: dict[str, Any]) -> tuple[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Iterator
@@ -48,10 +49,11 @@ def read_tx(conn: apsw.Connection) -> Iterator[apsw.Connection]:
         db_store.rollback(conn)
 
 
-def wait_for_schema(db_file: Path, timeout_s: float = 30.0, poll_s: float = 0.05) -> apsw.Connection:
+def wait_for_schema(db_file: Path, timeout_s: float = 30.0, poll_s: float = 0.05, stop=None) -> apsw.Connection:
     """Wait until the writer has migrated the database to this code's version; return a reader.
 
-    A database newer than the code is refused at once (SchemaTooNew).
+    A database newer than the code is refused at once (SchemaTooNew). ``stop`` (a threading.Event)
+    ends the wait early, for a service told to stop meanwhile.
     """
     expected = schema_store.code_version()
     deadline = time.monotonic() + timeout_s
@@ -64,6 +66,17 @@ def wait_for_schema(db_file: Path, timeout_s: float = 30.0, poll_s: float = 0.05
                 return conn
             conn.close()
             last = f"schema version {current}, waiting for {expected}"
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
             raise SchemaNotReady(db_file, f"{last} after {timeout_s:g}s; is the writer running?")
         time.sleep(poll_s)
+
+
+def check_backup_target(target: Path, db_file: Path) -> None:
+    """Refuse a backup path that would replace the live database, its WAL or shared memory, or land
+    among the bus sockets: writes acked after such a "backup" would go to an unlinked file."""
+    resolved = target.resolve()
+    live = [db_file.resolve(), *(db_file.with_name(db_file.name + s).resolve() for s in ("-wal", "-shm", "-journal"))]
+    if resolved in live or (resolved.exists() and any(p.exists() and os.path.samefile(resolved, p) for p in live)):
+        raise ValueError(f"{target} is the live database (or its WAL); choose another backup path")
+    if db_file.parent.joinpath("run").resolve() in resolved.parents:
+        raise ValueError(f"{target} is inside the bus socket folder; choose another backup path")

@@ -14,6 +14,7 @@ from common.service import Service, notify_systemd, watchdog_interval_s
 from schema import messages as m
 
 Work = Callable[["Runtime"], Awaitable[None]]
+PARENT_CHECK_S = 1.0
 
 
 class Runtime:
@@ -75,11 +76,13 @@ class Runtime:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
         self._ready = asyncio.Event()
+        if self.svc.stopping.is_set():  # SIGTERM came before the handlers above were in place
+            self.stop_event.set()
         self.client.start()
         try:
-            if not announces_ready:
-                await self.announce_ready(state, detail)
-            tasks = [asyncio.create_task(self._heartbeats())]
+            tasks = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._watch_parent())]
+            if not announces_ready:  # raced with the stop below: a writer that never answers must not block it
+                tasks.append(asyncio.create_task(self._announce_then_idle(state, detail)))
             if work is not None:
                 tasks.append(asyncio.create_task(work(self)))
             stopper = asyncio.create_task(self.stop_event.wait())
@@ -88,7 +91,7 @@ class Runtime:
             for task in [*tasks, stopper]:
                 task.cancel()
             await asyncio.gather(*tasks, stopper, return_exceptions=True)
-            if failed:
+            if failed and not self.stop_event.is_set():
                 error = failed[0].exception()
                 self.log.error("failed", error=str(error) or repr(error), kind=type(error).__name__)
                 return 1
@@ -102,9 +105,33 @@ class Runtime:
         finally:
             await self.client.close()
 
+    async def _announce_then_idle(self, state: str, detail: str) -> None:
+        await self.announce_ready(state, detail)
+        await asyncio.Event().wait()
+
     def _on_signal(self, signum: int) -> None:
-        self.log.info("stop_requested", signal=signal.Signals(signum).name)
+        self.request_stop(f"signal {signal.Signals(signum).name}")
+
+    def request_stop(self, why: str) -> None:
+        # the flags first: logging can fail (stdout gone with a killed supervisord) and must not lose the stop
         self.stop_event.set()
+        self.svc.stopping.set()  # threads (e.g. waiting for the schema) watch this one
+        try:
+            self.log.info("stop_requested", reason=why)
+        except OSError:
+            pass
+
+    async def _watch_parent(self) -> None:
+        """Under supervisord, a service whose supervisord died (kill -9) stops instead of living on as an
+        orphan that a new `starling up` would duplicate."""
+        if not os.environ.get("SUPERVISOR_ENABLED"):
+            return
+        parent = os.getppid()
+        while True:
+            await asyncio.sleep(PARENT_CHECK_S)
+            if os.getppid() != parent:
+                self.request_stop("supervisord is gone")
+                return
 
 
 def run_service(svc: Service, work: Work | None, state: str = "ready", detail: str = "") -> int:

@@ -38,6 +38,7 @@ def boot(name: str, argv: list[str] | None = None, description: str = "") -> Ser
     parser.add_argument("--name", help="this process's name in status and logs (default: supervisord's"
                         " process name, else the service's)")
     args = parser.parse_args(argv)
+    os.umask(0o077)  # every file a service creates is private to its user, whatever umask it was given
     name = args.name or os.environ.get("SUPERVISOR_PROCESS_NAME") or name
     log = setup_logging(name)
     try:
@@ -53,8 +54,11 @@ def boot(name: str, argv: list[str] | None = None, description: str = "") -> Ser
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("stop_requested", signal=signal.Signals(signum).name)
-        stopping.set()
+        stopping.set()  # first: the log line below can fail when stdout is gone
+        try:
+            log.info("stop_requested", reason=f"signal {signal.Signals(signum).name}")
+        except OSError:
+            pass
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -10,7 +10,7 @@ import xmlrpc.client
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.xmlrpc import SupervisorTransport
+from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
 
 from common.config import Config
 from common.errors import StarlingError
@@ -20,6 +20,7 @@ CONF = Path(__file__).resolve().parent.parent / "supervisord.conf"
 PLATFORMS = ("telegram", "slack", "whatsapp")
 LOG_MAXBYTES = "10MB"
 LOG_BACKUPS = 5
+RPC_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,14 @@ def environment(paths: Paths, cfg: Config, log_maxbytes: str = LOG_MAXBYTES) -> 
     return env
 
 
+class _BoundedConnection(UnixStreamHTTPConnection):
+    """A wedged supervisord (stopped, overloaded) must not hang the CLI: every socket call is bounded."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self.timeout)
+
+
 class Supervisor:
     """An XML-RPC client of this home's supervisord, over its 0700 unix socket."""
 
@@ -71,7 +80,16 @@ class Supervisor:
         self.url = f"unix://{socket_path(paths)}"
 
     def _proxy(self):
-        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=SupervisorTransport(None, None, self.url))
+        transport = SupervisorTransport(None, None, self.url)
+        socket_file = str(socket_path(self.paths))
+
+        def connection() -> _BoundedConnection:
+            conn = _BoundedConnection("localhost", timeout=RPC_TIMEOUT_S)
+            conn.socketfile = socket_file
+            return conn
+
+        transport._get_connection = connection
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
 
     def reachable(self) -> bool:
         if not socket_path(self.paths).exists():
@@ -101,6 +119,7 @@ class Supervisor:
     def start_daemon(self, cfg: Config, foreground: bool = False) -> subprocess.Popen | None:
         """Start supervisord for this home (daemonised, or in the foreground for containers)."""
         env = {**os.environ, **environment(self.paths, cfg)}
+        os.umask(0o077)  # supervisord opens its own log before it applies the config's umask
         command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)]
         if foreground:
             os.execvpe(command[0], [*command, "--nodaemon"], env)

@@ -11,7 +11,12 @@ validates; one union per socket. Sockets and their unions:
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+# SQLite stores 64-bit signed integers: a larger one is refused when decoded, not when bound.
+Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class Msg(msgspec.Struct, tag=True, frozen=True, kw_only=True):
@@ -61,7 +66,7 @@ class RenewLease(Msg):
     """The holder of a claim extends its lease while it works."""
 
     kind: str  # "turn" | "outbox"
-    id: int
+    id: Int
     worker: str
     lease_s: float = 60.0
 
@@ -69,17 +74,18 @@ class RenewLease(Msg):
 class AppendTurn(Msg):
     """A runner records a turn in the middle of its work (an assistant tool call, a tool result)."""
 
-    session_id: int
+    session_id: Int
     worker: str
     role: str  # "assistant" | "tool" | "system" | "summary"
     content: str = ""
     meta: str = "{}"
+    parent_turn_id: Int = 0  # the user turn this belongs to (0: none)
 
 
 class FinishTurn(Msg):
     """A runner is done with a claimed turn: its answer is stored and queued for delivery, in one commit."""
 
-    turn_id: int
+    turn_id: Int
     worker: str
     ok: bool = True
     error: str = ""
@@ -91,7 +97,7 @@ class FinishTurn(Msg):
 class ReleaseTurn(Msg):
     """A runner hands a claimed turn back untouched (shutdown): another runner takes it at once."""
 
-    turn_id: int
+    turn_id: Int
     worker: str
 
 
@@ -101,7 +107,7 @@ class EnqueueOutbox(Msg):
     instance: str
     chat: str
     replies: list[Reply]
-    session_id: int = 0
+    session_id: Int = 0
 
 
 class ClaimOutbox(Msg):
@@ -112,14 +118,14 @@ class ClaimOutbox(Msg):
     worker: str
     instances: list[str]
     chats: list[str] = []
-    limit: int = 16
+    limit: Int = 16
     lease_s: float = 30.0
 
 
 class OutboxSent(Msg):
     """A gateway delivered an outbox row."""
 
-    id: int
+    id: Int
     worker: str
     platform_msg_id: str = ""
 
@@ -127,7 +133,7 @@ class OutboxSent(Msg):
 class OutboxFailed(Msg):
     """A delivery failed: retry after ``retry_after_s``, or never when it is negative."""
 
-    id: int
+    id: Int
     worker: str
     error: str
     retry_after_s: float = -1.0
@@ -136,7 +142,7 @@ class OutboxFailed(Msg):
 class ReleaseOutbox(Msg):
     """A gateway hands claimed rows back untouched (shutdown)."""
 
-    ids: list[int]
+    ids: list[Int]
     worker: str
 
 
@@ -144,10 +150,10 @@ class Heartbeat(Msg):
     """A service says it is alive; the writer records it for `status` and `/health`."""
 
     service: str
-    pid: int
+    pid: Int
     state: str = "ready"  # starting | ready | idle | stopped
     detail: str = ""
-    parent_pid: int = 0  # the supervisor's pid: a new one (a new `up`) restarts the restart count
+    parent_pid: Int = 0  # the supervisor's pid: a new one (a new `up`) restarts the restart count
 
 
 class Ping(Msg):
@@ -173,23 +179,23 @@ class FtsRebuild(Msg):
 class CloseSession(Msg):
     """End a conversation (/new, a reset): the chat's next message opens a fresh session."""
 
-    session_id: int
+    session_id: Int
     reason: str = "new"
 
 
 class SetSummary(Msg):
     """Compaction: turns up to ``upto_turn_id`` are now represented by ``summary`` in the prompt."""
 
-    session_id: int
+    session_id: Int
     summary: str
-    upto_turn_id: int
+    upto_turn_id: Int
 
 
 class RecordTool(Msg):
     """Audit of one tool execution (arguments already redacted)."""
 
-    session_id: int
-    turn_id: int
+    session_id: Int
+    turn_id: Int
     agent: str
     tool: str
     arguments: str = "{}"
@@ -202,13 +208,13 @@ class RecordTool(Msg):
 class RecordUsage(Msg):
     """Tokens and cost of one model call."""
 
-    session_id: int
-    turn_id: int
+    session_id: Int
+    turn_id: Int
     agent: str
     provider: str
     model: str
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: Int = 0
+    output_tokens: Int = 0
     cost_usd: float = 0.0
 
 
@@ -219,13 +225,14 @@ class ParkTurn(Msg):
     again and is claimed and resumed like any other.
     """
 
-    turn_id: int
+    turn_id: Int
     worker: str
     approval_id: str
     tool: str
     arguments: str = "{}"
     reason: str = ""
     ttl_s: float = 3600.0
+    notice: str = ""  # queued to the turn's chat in the same commit ("approve with /approve ID ...")
 
 
 class DecideApproval(Msg):
@@ -260,16 +267,16 @@ class JobStarted(Msg):
     """A background command started; its output goes to ``log_path`` under data/jobs/."""
 
     agent: str
-    session_id: int
+    session_id: Int
     command: str
     log_path: str
-    pid: int
+    pid: Int
 
 
 class JobEnded(Msg):
-    job_id: int
+    job_id: Int
     state: str  # done | failed | killed
-    exit_code: int = 0
+    exit_code: Int = 0
 
 
 WriteOp = (
@@ -305,7 +312,7 @@ WriteOp = (
 class Request(Msg):
     """Client -> writer. ``id`` matches the ack; ``key`` makes a resend or replay a no-op."""
 
-    id: int
+    id: Int
     key: str
     op: WriteOp
 
@@ -316,22 +323,22 @@ class Request(Msg):
 class Accepted(Msg):
     """An inbound message is stored as a pending turn (or was already)."""
 
-    turn_id: int
-    session_id: int
+    turn_id: Int
+    session_id: Int
     duplicate: bool = False
 
 
 class TurnClaim(Msg):
     """The turn a runner now holds, with what it needs to start."""
 
-    turn_id: int
-    session_id: int
+    turn_id: Int
+    session_id: Int
     agent: str
     instance: str
     chat: str
     sender: str
     text: str
-    attempt: int
+    attempt: Int
     lease_until: float
 
 
@@ -340,15 +347,15 @@ class NoWork(Msg):
 
 
 class OutboxItem(Msg):
-    id: int
+    id: Int
     instance: str
     chat: str
     kind: str
     body: str
     file_path: str
     reply_to: str
-    attempt: int
-    session_id: int = 0
+    attempt: Int
+    session_id: Int = 0
 
 
 class OutboxClaim(Msg):
@@ -359,7 +366,7 @@ class OutboxClaim(Msg):
 class Stored(Msg):
     """A write that creates a row: its id (turn, outbox, ...)."""
 
-    id: int
+    id: Int
 
 
 class Leased(Msg):
@@ -371,21 +378,21 @@ class Done(Msg):
 
 
 class Checkpointed(Msg):
-    busy: int
-    wal_pages: int
-    checkpointed_pages: int
+    busy: Int
+    wal_pages: Int
+    checkpointed_pages: Int
 
 
 class BackedUp(Msg):
     path: str
-    pages: int
+    pages: Int
     seconds: float
 
 
 class Queued(Msg):
     """An enqueue stored these outbox rows."""
 
-    ids: list[int]
+    ids: list[Int]
 
 
 Result = (
@@ -405,7 +412,7 @@ Result = (
 class Ack(Msg):
     """Writer -> client, sent only after the request's effects are committed (or it failed)."""
 
-    id: int
+    id: Int
     ok: bool
     result: Result | None = None
     code: str = ""  # on failure: invalid | not_found | lease_lost | conflict | internal
@@ -428,25 +435,25 @@ class Event(Msg):
     """A committed change or a beat. ``seq`` counts per topic within one writer ``epoch``."""
 
     epoch: str
-    seq: int
+    seq: Int
 
 
 class TurnPending(Event):
-    session_id: int
-    turn_id: int
+    session_id: Int
+    turn_id: Int
 
 
 class OutboxPending(Event):
     instance: str
     chat: str
-    outbox_id: int
+    outbox_id: Int
 
 
 class WriterBeat(Event):
     """Sent every heartbeat interval on the beat topic; ``seqs`` lets a subscriber see a lost tail."""
 
-    schema_version: int
-    seqs: dict[str, int] = {}
+    schema_version: Int
+    seqs: dict[str, Int] = {}
 
 
 AnyEvent = TurnPending | OutboxPending | WriterBeat

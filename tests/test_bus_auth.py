@@ -55,7 +55,7 @@ class FakeSubscriber(bus.EventSubscriber):
         payload = bus.encode(event)
         raw = topic.encode()
         self._last_heard = time.monotonic()
-        return self._accept([raw, bus.mac(self._key, payload, raw), payload])
+        return self._accept([raw, self._signer.mac(payload, raw), payload])
 
 
 def turn(epoch: str, seq: int) -> m.TurnPending:

@@ -31,8 +31,10 @@ def filled(writer_home) -> dict[str, int]:
     async def fill() -> dict[str, int]:
         async with writer_home.client() as c:
             garden = await c.call(inbound("default", "garden", "when should I water the tomatoes"))
-            await c.call(m.AppendTurn(session_id=garden.session_id, worker="w", role="assistant",
-                                      content="Water tomatoes early in the morning, twice a week."))
+            claim = await c.call(m.ClaimTurn(worker="w"))
+            assert claim.turn_id == garden.turn_id
+            await c.call(m.FinishTurn(turn_id=claim.turn_id, worker="w",
+                                      answer="Water tomatoes early in the morning, twice a week."))
             await c.call(inbound("default", "garden", "and the basil?"))
             travel = await c.call(inbound("default", "travel", "book a train to Lisbon"))
             helper = await c.call(inbound("helper", "desk", "tomatoes are on the shopping list"))

@@ -236,3 +236,14 @@ def test_allow_accepts_numeric_ids_as_text(tmp_path):
 def test_gateway_listen_is_checked(tmp_path):
     err = error_for(tmp_path, '[[gateways.slack]]\nid = "team"\nlisten = "7831"\n')
     assert "gateways.slack[0].listen" == err.key
+
+
+def test_a_pasted_api_key_is_refused_without_echoing_it(tmp_path):
+    value = "sk-proj-AbCdEf0123456789AbCdEf0123456789"
+    err = error_for(tmp_path, f'[providers.default]\nkind = "openai"\nmodel = "m"\napi_key = "{value}"\n')
+    assert ("providers.default.api_key", False, True) == (err.key, value in str(err), "name" in err.reason)
+
+
+def test_ordinary_secret_names_are_accepted(tmp_path):
+    cfg = load_config(write(tmp_path, '[providers.default]\nmodel = "m"\napi_key = "openrouter-key-2"\n'))
+    assert "openrouter-key-2" == cfg.providers["default"].api_key

@@ -210,3 +210,75 @@ def test_a_bad_config_stops_the_writer_with_file_key_and_reason():
         assert (1, True, True) == (code, "config.toml" in text, "writer.batch_max" in text)
     finally:
         remove_home(home)
+
+
+def test_only_the_lease_holder_may_append_to_a_turn(home):
+    writer = start_writer(home)  # its own database: claims take the oldest pending turn
+
+    async def go():
+        async with home.client() as c:
+            accepted = await c.call(inbound("append-chat"))
+            claim = await c.call(m.ClaimTurn(worker="holder"))
+            assert claim.turn_id == accepted.turn_id
+            stranger = m.AppendTurn(session_id=claim.session_id, worker="stranger", role="tool", content="x",
+                                    parent_turn_id=claim.turn_id)
+            with pytest.raises(WriteRejected) as err:
+                await c.call(stranger)
+            own = await c.call(m.AppendTurn(session_id=claim.session_id, worker="holder", role="tool", content="y",
+                                            parent_turn_id=claim.turn_id))
+            await c.call(m.FinishTurn(turn_id=claim.turn_id, worker="holder"))
+            return err.value.code, own
+
+    try:
+        code, own = run(go())
+    finally:
+        writer.stop()
+    assert ("lease_lost", True) == (code, isinstance(own, m.Stored))
+
+
+def test_an_endless_retry_delay_is_refused(writer_home):
+    async def go():
+        async with writer_home.client() as c:
+            queued = await c.call(m.EnqueueOutbox(instance="inf", chat="c", replies=[m.Reply(text="hi")]))
+            claim = await c.call(m.ClaimOutbox(worker="g", instances=["inf"]))
+            with pytest.raises(WriteRejected) as err:
+                await c.call(m.OutboxFailed(id=claim.items[0].id, worker="g", error="x", retry_after_s=float("inf")))
+            await c.call(m.OutboxFailed(id=claim.items[0].id, worker="g", error="x", retry_after_s=-1))
+            return queued, err.value.code
+
+    queued, code = run(go())
+    assert "invalid" == code
+
+
+def test_a_backup_onto_the_live_database_is_refused(writer_home):
+    async def go():
+        async with writer_home.client() as c:
+            with pytest.raises(WriteRejected) as err:
+                await c.call(m.Backup(path=str(writer_home.paths.db_file)))
+            return err.value
+
+    err = run(go())
+    assert ("invalid", True) == (err.code, "live database" in str(err))
+
+
+def test_a_replayed_fts_rebuild_is_answered_without_running_again(writer_home):
+    async def go():
+        async with writer_home.client() as c:
+            key = c.new_key()
+            first = await c.call(m.FtsRebuild(), key=key)
+            again = await c.call(m.FtsRebuild(), key=key)
+            return first, again
+
+    first, again = run(go())
+    log = (writer_home.paths.logs_dir / "writer.log").read_text()
+    assert (first, 1) == (again, log.count('"event":"fts_rebuilt"') - _rebuilds_before)
+
+
+_rebuilds_before = 0
+
+
+@pytest.fixture(autouse=True)
+def _count_rebuilds(writer_home):
+    global _rebuilds_before
+    log = writer_home.paths.logs_dir / "writer.log"
+    _rebuilds_before = log.read_text().count('"event":"fts_rebuilt"') if log.exists() else 0

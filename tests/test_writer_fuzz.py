@@ -15,8 +15,8 @@ from schema import messages as m
 raw_frames = st.lists(st.binary(max_size=300), min_size=1, max_size=4)
 
 wrong_ops = st.one_of(
-    st.builds(m.FinishTurn, turn_id=st.integers(-2**63, 2**63 - 1), worker=st.text(max_size=20)),
-    st.builds(m.OutboxSent, id=st.integers(-2**63, 2**63 - 1), worker=st.text(max_size=20)),
+    st.builds(m.FinishTurn, turn_id=st.integers(-(2**63), 2**64 - 1), worker=st.text(max_size=20)),
+    st.builds(m.OutboxSent, id=st.integers(-(2**63), 2**64 - 1), worker=st.text(max_size=20)),
     st.builds(m.RenewLease, kind=st.text(max_size=10), id=st.integers(-5, 10**6), worker=st.text(max_size=5),
               lease_s=st.floats(allow_nan=True, allow_infinity=True)),
     st.builds(m.ClaimTurn, worker=st.text(max_size=5), lease_s=st.floats(allow_nan=True, allow_infinity=True)),
@@ -38,12 +38,12 @@ wrong_ops = st.one_of(
               deliver_instance=st.text(max_size=5), deliver_chat=st.text(max_size=5), schedule=st.text(max_size=10),
               run_at=st.floats(allow_nan=True, allow_infinity=True)),
     st.builds(m.CronRemove, name=st.text(max_size=8)),
-    st.builds(m.JobEnded, job_id=st.integers(-2**63, 2**63 - 1), state=st.text(max_size=8)),
+    st.builds(m.JobEnded, job_id=st.integers(-(2**63), 2**64 - 1), state=st.text(max_size=8)),
     st.builds(m.SetSummary, session_id=st.integers(-5, 10**6), summary=st.text(max_size=20),
-              upto_turn_id=st.integers(-2**63, 2**63 - 1)),
-    st.builds(m.CloseSession, session_id=st.integers(-2**63, 2**63 - 1)),
+              upto_turn_id=st.integers(-(2**63), 2**64 - 1)),
+    st.builds(m.CloseSession, session_id=st.integers(-(2**63), 2**64 - 1)),
     st.builds(m.RecordUsage, session_id=st.integers(-5, 10**6), turn_id=st.integers(-5, 10**6), agent=st.text(max_size=5),
-              provider=st.text(max_size=5), model=st.text(max_size=5), input_tokens=st.integers(-2**63, 2**63 - 1),
+              provider=st.text(max_size=5), model=st.text(max_size=5), input_tokens=st.integers(-(2**63), 2**64 - 1),
               cost_usd=st.floats(allow_nan=True, allow_infinity=True)),
 )
 

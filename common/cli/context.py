@@ -40,14 +40,17 @@ class Context:
         """A read-only connection; a clear error when there is no database yet."""
         return db.open_reader(self.paths.db_file)
 
-    def call(self, op: m.WriteOp, timeout_s: float = 30.0, on_wait=None) -> m.Result | None:
-        """One write through the writer, from sync code. ``on_wait()`` is called about 10x a second."""
-        return asyncio.run(self._call(op, timeout_s, on_wait))
+    def call(self, op: m.WriteOp, timeout_s: float = 30.0, on_wait=None, long: bool = False) -> m.Result | None:
+        """One write through the writer, from sync code. ``on_wait()`` is called about 10x a second.
 
-    async def _call(self, op: m.WriteOp, timeout_s: float, on_wait) -> m.Result | None:
+        ``long`` operations (backup, FTS rebuild) are not resent while the writer works on them."""
+        return asyncio.run(self._call(op, timeout_s, on_wait, long))
+
+    async def _call(self, op: m.WriteOp, timeout_s: float, on_wait, long: bool) -> m.Result | None:
         key = bus.bus_key(session_secret(self.paths))
+        resend_s = timeout_s if long else self.cfg.bus.request_timeout_ms / 1000
         async with bus.WriterClient(self.endpoints.writer, key, name="cli", deadline_s=timeout_s,
-                                    timeout_s=self.cfg.bus.request_timeout_ms / 1000) as client:
+                                    timeout_s=resend_s) as client:
             task = asyncio.ensure_future(client.call(op))
             while True:
                 done, _ = await asyncio.wait({task}, timeout=0.1)

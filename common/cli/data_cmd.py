@@ -61,12 +61,16 @@ def cmd_backup(args: argparse.Namespace) -> int:
             target = target / f"starling-{time.strftime('%Y%m%d-%H%M%S')}.db"
     else:
         target = ctx.paths.data_dir / "backups" / f"starling-{time.strftime('%Y%m%d-%H%M%S')}.db"
+    try:
+        db.check_backup_target(target, ctx.paths.db_file)
+    except ValueError as exc:
+        raise StarlingError(str(exc)) from None
     if target.exists() and not args.force:
         raise StarlingError(f"{target} exists; choose another PATH or pass --force")
     require_writer(ctx)
     progress = output.Progress(f"backing up to {target}")
     try:
-        result = ctx.call(m.Backup(path=str(target)), timeout_s=BACKUP_TIMEOUT_S, on_wait=progress.update)
+        result = ctx.call(m.Backup(path=str(target)), timeout_s=BACKUP_TIMEOUT_S, on_wait=progress.update, long=True)
     finally:
         progress.finish()
     if not isinstance(result, m.BackedUp):
@@ -86,7 +90,7 @@ def cmd_fts_rebuild(args: argparse.Namespace) -> int:
     started = time.monotonic()
     progress = output.Progress("rebuilding the recall index")
     try:
-        ctx.call(m.FtsRebuild(), timeout_s=REBUILD_TIMEOUT_S, on_wait=progress.update)
+        ctx.call(m.FtsRebuild(), timeout_s=REBUILD_TIMEOUT_S, on_wait=progress.update, long=True)
     finally:
         progress.finish()
     seconds = time.monotonic() - started

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import apsw
 
-from common import db
+from common import db, health
 from common.cli import output
 from common.config import Config, load_config, referenced_secrets
 from common.errors import ConfigError, SchemaTooNew, StarlingError
@@ -130,7 +130,7 @@ def check_database(cfg: Config, paths: Paths) -> list[Check]:
     finally:
         conn.close()
     wal = Path(str(db_file) + "-wal")
-    wal_mb = wal.stat().st_size / MB if wal.exists() else 0.0
+    wal_mb = health.wal_bytes(db_file) / MB
     limit = cfg.health.wal_warn_threshold_mb
     if wal_mb > limit:
         checks.append(Check("wal", WARN, f"{wal.name} is {wal_mb:.1f} MB,"

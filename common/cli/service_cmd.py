@@ -12,7 +12,7 @@ from common.cli.context import Context
 from common.errors import StarlingError
 from common.home import ensure_layout
 from common.stores import beat_store, schema_store
-from common.supervisor import Supervisor, expected_services
+from common.supervisor import Supervisor, expected_services, pid_file
 
 UP_STATES = ("ready", "idle")
 LOG_TAIL_LINES = 5
@@ -119,8 +119,11 @@ def cmd_down(args) -> int:
     ctx = Context.from_args(args)
     sup = Supervisor(ctx.paths)
     if not sup.reachable():
-        print(f"Starling is not running for {ctx.home}.")
-        return 0
+        stuck = _unanswering_supervisord(ctx)
+        if stuck is None:
+            print(f"Starling is not running for {ctx.home}.")
+            return 0
+        return _stop_unanswering(stuck, args.timeout)
     daemon_pid = sup.supervisord_pid()
     children = [p.pid for p in sup.processes() if p.pid]
     sup.shutdown()
@@ -138,6 +141,52 @@ def cmd_down(args) -> int:
         return 1
     print(f"Starling stopped for {ctx.home}; no process left.")
     return 0
+
+
+def _unanswering_supervisord(ctx: Context) -> int | None:
+    """The pid of this home's supervisord when it lives but does not answer (stopped, wedged)."""
+    try:
+        pid = int(pid_file(ctx.paths).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return None
+    return pid if b"supervisord" in cmdline and _alive(pid) else None
+
+
+def _stop_unanswering(pid: int, timeout: float) -> int:
+    """SIGTERM (after SIGCONT, in case it was stopped): supervisord stops its children; SIGKILL at the end."""
+    output.warn(f"supervisord (pid {pid}) does not answer; stopping it with signals")
+    children = _children(pid)
+    for signum in (signal.SIGCONT, signal.SIGTERM):
+        os.kill(pid, signum)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(p) for p in [pid, *children]):
+        time.sleep(0.1)
+    left = [p for p in [pid, *children] if _alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    if left:
+        output.error(f"processes still alive after {timeout:.0f}s were killed: {left}")
+        return 1
+    print("Starling stopped; no process left.")
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
 
 
 def _alive(pid: int) -> bool:

@@ -12,7 +12,9 @@ INSERT_USER = (
     "INSERT INTO turns (session_id, role, content, sender, sender_name, platform_msg_id, reply_to,"
     " attachments, meta, state, created_at) VALUES (?, 'user', ?, ?, ?, ?, ?, ?, ?, 'pending', ?)"
 )
-INSERT_OTHER = "INSERT INTO turns (session_id, role, content, meta, created_at) VALUES (?, ?, ?, ?, ?)"
+INSERT_OTHER = (
+    "INSERT INTO turns (session_id, parent_id, role, content, meta, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
 # The head of each session's queue is its lowest unfinished turn; it can be taken when pending or
 # when its holder's lease ran out. Later turns of that session wait for it (order, one at a time).
 NEXT_CLAIMABLE = (
@@ -51,6 +53,7 @@ PARK = (
 )
 UNPARK = "UPDATE turns SET state = 'pending', attempts = 0 WHERE id = ? AND state = 'waiting'"
 SESSION_OF = "SELECT session_id FROM turns WHERE id = ?"
+HELD = "SELECT session_id FROM turns WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 GET = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
     " FROM turns WHERE id = ?"
@@ -59,6 +62,12 @@ HISTORY = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
     " FROM turns WHERE session_id = ? AND id <= ? ORDER BY id DESC LIMIT ?"
 )
+CONVERSATION = (
+    "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at FROM turns"
+    " WHERE session_id = ? AND coalesce(parent_id, id) <= ? AND id > ?"
+    " ORDER BY coalesce(parent_id, id) DESC, id DESC LIMIT ?"
+)
+COUNT_IN_SESSION = "SELECT count(*) FROM turns WHERE session_id = ?"
 COUNT = "SELECT count(*) FROM turns"
 COUNT_BY_STATE = "SELECT state, count(*) FROM turns WHERE state IS NOT NULL GROUP BY state"
 INSERT_RAW = (
@@ -111,9 +120,10 @@ def add_user_turn(
     return conn.last_insert_rowid()
 
 
-def add_turn(conn: apsw.Connection, session_id: int, role: str, content: str, meta: str, now: float) -> int:
-    """A turn that is not work: an answer, a tool call or result, a summary."""
-    conn.execute(INSERT_OTHER, (session_id, role, content, meta, now))
+def add_turn(conn: apsw.Connection, session_id: int, role: str, content: str, meta: str, now: float,
+             parent_id: int | None = None) -> int:
+    """A turn that is not work: an answer, a tool call or result, a summary, under user turn ``parent_id``."""
+    conn.execute(INSERT_OTHER, (session_id, parent_id, role, content, meta, now))
     return conn.last_insert_rowid()
 
 
@@ -161,6 +171,12 @@ def unpark(conn: apsw.Connection, turn_id: int) -> bool:
     return conn.changes() > 0
 
 
+def held_by(conn: apsw.Connection, turn_id: int, worker: str) -> int | None:
+    """The session of a turn this worker holds a claim on, else None."""
+    row = conn.execute(HELD, (turn_id, worker)).fetchone()
+    return None if row is None else int(row[0])
+
+
 def session_of(conn: apsw.Connection, turn_id: int) -> int | None:
     row = conn.execute(SESSION_OF, (turn_id,)).fetchone()
     return None if row is None else int(row[0])
@@ -175,6 +191,18 @@ def history(conn: apsw.Connection, session_id: int, up_to: int, limit: int) -> l
     """The last ``limit`` turns of a session up to and including turn ``up_to``, oldest first."""
     rows = conn.execute(HISTORY, (session_id, up_to, limit)).fetchall()
     return [Turn(*row) for row in reversed(rows)]
+
+
+def conversation(conn: apsw.Connection, session_id: int, up_to_turn: int, after_id: int, limit: int) -> list[Turn]:
+    """What a model sees when answering user turn ``up_to_turn``: each user turn followed by the turns
+    that answered it (whatever arrived in between), turns after ``after_id`` (the compaction summary
+    covers the rest), the last ``limit`` of them, oldest first."""
+    rows = conn.execute(CONVERSATION, (session_id, up_to_turn, after_id, limit)).fetchall()
+    return [Turn(*row) for row in reversed(rows)]
+
+
+def count_in_session(conn: apsw.Connection, session_id: int) -> int:
+    return int(conn.execute(COUNT_IN_SESSION, (session_id,)).fetchall()[0][0])
 
 
 def count(conn: apsw.Connection) -> int:

@@ -32,6 +32,7 @@ CREATE INDEX session_map_by_session ON session_map (session_id);
 CREATE TABLE turns (
     id               INTEGER PRIMARY KEY,
     session_id       INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    parent_id        INTEGER,   -- the user turn an answer, tool call or tool result belongs to; NULL for user turns
     role             TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'system', 'summary')),
     content          TEXT NOT NULL DEFAULT '',
     sender           TEXT NOT NULL DEFAULT '',
@@ -51,6 +52,8 @@ CREATE TABLE turns (
     done_at          REAL
 );
 CREATE INDEX turns_by_session ON turns (session_id, id);
+-- conversation order: each user turn followed by what answered it, whatever arrived in between
+CREATE INDEX turns_conversation ON turns (session_id, coalesce(parent_id, id), id);
 CREATE INDEX turns_work ON turns (state, session_id, id) WHERE state IN ('pending', 'claimed');
 
 -- Platform event ids already stored (update ids, (chat, message id) pairs, wamids, envelope ids).

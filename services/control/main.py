@@ -26,6 +26,7 @@ from common.supervisor import Supervisor
 from schema import messages as m
 
 ALERT_TIMEOUT_S = 10.0
+MIN_TOKEN_BYTES = 16
 
 
 class Control:
@@ -36,6 +37,10 @@ class Control:
         self.token = ensure_token_file(svc.paths.control_token_file).strip()
         self.reader = None
         self.last_status = "ok"
+        self.started = time.time()
+        # after a crash or a reboot, old beats look stale until every service has reported once:
+        # no alert in that first window
+        self.grace_s = health.STALE_AFTER_BEATS * svc.cfg.health.heartbeat_interval_ms / 1000
         self.supervisor = Supervisor(svc.paths)
 
     # ------------------------------------------------------------ health
@@ -58,7 +63,7 @@ class Control:
 
     async def _observe(self, report: dict) -> None:
         status, before = report["status"], self.last_status
-        if status == before:
+        if status == before or (status != "ok" and time.time() - self.started < self.grace_s):
             return
         self.last_status = status
         lines = health.problems(report)
@@ -94,7 +99,8 @@ class Control:
     def authorised(self, request: web.Request) -> bool:
         given = request.headers.get("Authorization", "")
         scheme, _, token = given.partition(" ")
-        return scheme == "Bearer" and hmac.compare_digest(token.encode(), self.token)
+        # an empty or truncated token file must not open the API to anyone
+        return len(self.token) >= MIN_TOKEN_BYTES and scheme == "Bearer" and hmac.compare_digest(token.encode(), self.token)
 
     @web.middleware
     async def guard(self, request: web.Request, handler):
@@ -131,7 +137,7 @@ class Control:
 
 async def serve(rt: Runtime) -> None:
     svc = rt.svc
-    await asyncio.to_thread(db.wait_for_schema, svc.paths.db_file, 60.0)
+    await asyncio.to_thread(db.wait_for_schema, svc.paths.db_file, 60.0, stop=svc.stopping)
     control = Control(svc, rt)
     host, _, port = svc.cfg.control.listen.rpartition(":")
     runner = web.AppRunner(control.app(), access_log=None)

@@ -46,8 +46,12 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
         case m.AppendTurn():
             if op.role not in TURN_ROLES:
                 raise Rejected("invalid", f"role must be one of {', '.join(TURN_ROLES)}, not {op.role!r}")
-            _need_session(conn, op.session_id)
-            turn_id = turn_store.add_turn(conn, op.session_id, op.role, op.content, op.meta, now)
+            # only the holder of the turn being answered may add to it (a runner whose lease ran out may not)
+            if turn_store.held_by(conn, op.parent_turn_id, op.worker) != op.session_id:
+                raise Rejected("lease_lost", f"turn {op.parent_turn_id} of session {op.session_id} is not held"
+                               f" by {op.worker}")
+            turn_id = turn_store.add_turn(conn, op.session_id, op.role, op.content, op.meta, now,
+                                          op.parent_turn_id or None)
             return m.Stored(id=turn_id)
         case m.FinishTurn():
             return _finish(conn, op, now, events)
@@ -74,6 +78,8 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
                            {"instance": row.instance, "chat": row.chat, "outbox_id": 0}))
             return m.Done()
         case m.OutboxFailed():
+            if not (op.retry_after_s < 0 or 0 <= op.retry_after_s <= 86400):  # also refuses NaN and infinity
+                raise Rejected("invalid", f"retry_after_s must be negative (never) or 0..86400, not {op.retry_after_s}")
             _held_outbox(conn, op.id)
             if not outbox_store.mark_failed(conn, op.id, op.worker, op.error, op.retry_after_s, now):
                 raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
@@ -107,7 +113,7 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
                 conn, op.session_id or None, op.turn_id, op.agent, op.provider, op.model, op.input_tokens,
                 op.output_tokens, op.cost_usd, now))
         case m.ParkTurn():
-            return _park(conn, op, now)
+            return _park(conn, op, now, events)
         case m.DecideApproval():
             return _decide(conn, op, now, events)
         case m.CronAdd():
@@ -175,7 +181,7 @@ def _finish(conn, op: m.FinishTurn, now: float, events: list[Pending]) -> m.Queu
         raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
     session = session_store.get(conn, turn.session_id)
     if op.answer:
-        turn_store.add_turn(conn, turn.session_id, "assistant", op.answer, op.meta, now)
+        turn_store.add_turn(conn, turn.session_id, "assistant", op.answer, op.meta, now, op.turn_id)
     session_store.touch(conn, turn.session_id, now)
     ids = _enqueue(conn, turn.session_id, op.turn_id, session.instance, session.chat, op.replies, now, events)
     # the session's next turn (if any) may run now
@@ -210,7 +216,7 @@ def _held_outbox(conn, outbox_id: int) -> outbox_store.Row:
     return row
 
 
-def _park(conn, op: m.ParkTurn, now: float) -> m.Done:
+def _park(conn, op: m.ParkTurn, now: float, events: list[Pending]) -> m.Done:
     turn = turn_store.get(conn, op.turn_id)
     if turn is None:
         raise Rejected("not_found", f"turn {op.turn_id} does not exist")
@@ -221,6 +227,9 @@ def _park(conn, op: m.ParkTurn, now: float) -> m.Done:
     session = session_store.get(conn, turn.session_id)
     approval_store.create(conn, op.approval_id, turn.session_id, op.turn_id, session.agent, op.tool, op.arguments,
                           op.reason, now, op.ttl_s)
+    if op.notice:
+        _enqueue(conn, turn.session_id, op.turn_id, session.instance, session.chat, [m.Reply(text=op.notice)], now,
+                 events)
     return m.Done()
 
 

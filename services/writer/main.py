@@ -29,6 +29,7 @@ from services.writer.maintenance import Maintenance
 
 POLL_MAX_MS = 200
 APPROVAL_EXPIRY_EVERY_S = 5.0
+MAINTENANCE_ANSWERS_KEPT = 256
 _NOBLOCK = int(zmq.NOBLOCK)  # plain ints: pyzmq's flag enums cost microseconds per send
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 LOG_EVERY_BAD = 100  # after the first 10 bad frames of a kind, log one in this many
@@ -39,7 +40,6 @@ class Writer:
         self.svc = svc
         self.log = svc.log
         self.conn = conn
-        self.key = svc.key
         self.signer = bus.Signer(svc.key)
         self.batch_max = svc.cfg.writer.batch_max
         self.epoch = uuid.uuid4().hex[:16]
@@ -67,7 +67,8 @@ class Writer:
             sock.bind(endpoint)
         self.poller = zmq.Poller()
         self.poller.register(self.router, zmq.POLLIN)
-        self.backup_waiters: list[tuple[bytes, int]] = []
+        self.backup_waiters: list[tuple[bytes, int, str]] = []  # (client, request id, key)
+        self.maintenance_answers: dict[str, m.Result] = {}
 
     # ------------------------------------------------------------ receiving
 
@@ -89,9 +90,20 @@ class Writer:
             return ident, bus.request_decoder.decode(payload)
         except msgspec.ValidationError as exc:
             self._drop("invalid", error=str(exc))
+            self._refuse_invalid(ident, payload, str(exc))
         except msgspec.DecodeError:
             self._drop("undecodable", size=len(payload))
         return None
+
+    def _refuse_invalid(self, ident: bytes, payload: bytes, error: str) -> None:
+        """An authenticated request that fails validation gets an error ack when its id can be read,
+        so its sender fails at once instead of resending it until its deadline."""
+        try:
+            request_id = msgspec.msgpack.decode(payload).get("id")
+        except (msgspec.DecodeError, AttributeError):
+            return
+        if isinstance(request_id, int) and 0 <= request_id < 2**63:
+            self._send_ack(ident, m.Ack(id=request_id, ok=False, code="invalid", error=error))
 
     def _drain(self) -> list[tuple[bytes, m.Request]]:
         batch = []
@@ -134,12 +146,10 @@ class Writer:
         self.seqs[topic] = seq
         payload = bus.encode(cls(epoch=self.epoch, seq=seq, **fields))
         raw_topic = topic.encode()
-        try:
-            self.pub.send(raw_topic, _SNDMORE_NOBLOCK)
-            self.pub.send(self.signer.mac(payload, raw_topic), _SNDMORE_NOBLOCK)
-            self.pub.send(payload, _NOBLOCK)
-        except zmq.Again:
-            pass  # subscribers see the gap and re-read
+        # PUB never blocks: a slow subscriber loses events past its HWM, sees the gap and re-reads
+        self.pub.send(raw_topic, _SNDMORE_NOBLOCK)
+        self.pub.send(self.signer.mac(payload, raw_topic), _SNDMORE_NOBLOCK)
+        self.pub.send(payload, _NOBLOCK)
 
     # ------------------------------------------------------------ applying
 
@@ -188,15 +198,21 @@ class Writer:
             code, error = exc.code, str(exc)
         except apsw.ConstraintError as exc:
             code, error = "conflict", str(exc)
-        except apsw.Error as exc:
-            code, error = "internal", str(exc)
+        except (apsw.Error, ValueError, TypeError, OverflowError) as exc:  # never fatal: this request fails alone
+            code, error = "internal", f"{type(exc).__name__}: {exc}"
             self.log.error("write_failed", op=type(req.op).__name__, error=error)
         db_store.rollback_to(self.conn)
         del events[mark:]
         return m.Ack(id=req.id, ok=False, code=code, error=error)
 
     def _maintenance(self, ident: bytes, req: m.Request) -> None:
+        """Checkpoint, FTS rebuild, backup: long and not transactional, so a resend of one that ran is
+        answered from memory instead of running it again (the ack of the first may still be in flight)."""
         op = req.op
+        done = self.maintenance_answers.get(req.key)
+        if done is not None:
+            self._send_ack(ident, m.Ack(id=req.id, ok=True, result=done))
+            return
         try:
             match op:
                 case m.Checkpoint():
@@ -209,7 +225,7 @@ class Writer:
                     result = m.Done()
                 case m.Backup():
                     self.maint.start_backup(Path(op.path))
-                    self.backup_waiters.append((ident, req.id))
+                    self.backup_waiters.append((ident, req.id, req.key))
                     return
         except ValueError as exc:
             self._send_ack(ident, m.Ack(id=req.id, ok=False, code="invalid", error=str(exc)))
@@ -217,7 +233,13 @@ class Writer:
         except (apsw.Error, OSError) as exc:
             self._send_ack(ident, m.Ack(id=req.id, ok=False, code="internal", error=str(exc)))
             return
+        self._remember_maintenance(req.key, result)
         self._send_ack(ident, m.Ack(id=req.id, ok=True, result=result))
+
+    def _remember_maintenance(self, key: str, result: m.Result) -> None:
+        self.maintenance_answers[key] = result
+        while len(self.maintenance_answers) > MAINTENANCE_ANSWERS_KEPT:
+            self.maintenance_answers.pop(next(iter(self.maintenance_answers)))
 
     def _step_backup(self) -> None:
         try:
@@ -225,7 +247,7 @@ class Writer:
         except (apsw.Error, OSError) as exc:
             self.maint.abort_backup()
             self.log.error("backup_failed", error=str(exc))
-            for ident, request_id in self.backup_waiters:
+            for ident, request_id, _key in self.backup_waiters:
                 self._send_ack(ident, m.Ack(id=request_id, ok=False, code="internal", error=str(exc)))
             self.backup_waiters = []
             return
@@ -234,7 +256,8 @@ class Writer:
         seconds = time.monotonic() - job.started
         self.log.info("backup_done", path=str(job.target), pages=job.pages, seconds=round(seconds, 3))
         result = m.BackedUp(path=str(job.target), pages=job.pages, seconds=seconds)
-        for ident, request_id in self.backup_waiters:
+        for ident, request_id, key in self.backup_waiters:
+            self._remember_maintenance(key, result)
             self._send_ack(ident, m.Ack(id=request_id, ok=True, result=result))
         self.backup_waiters = []
 
@@ -274,7 +297,11 @@ class Writer:
         self.log.info("ready", db=str(self.svc.paths.db_file), schema_version=self.schema_version,
                       writer=self.svc.endpoints.writer, events=self.svc.endpoints.events, epoch=self.epoch)
         notify_systemd("READY=1")
+        parent = os.getppid() if os.environ.get("SUPERVISOR_ENABLED") else None
         while not self.svc.stopping.is_set():
+            if parent is not None and os.getppid() != parent:  # supervisord died: do not live on as an orphan
+                self.log.warning("stop_requested", reason="supervisord is gone")
+                break
             now = time.monotonic()
             self._beat(now)
             self.maint.on_timer(now)
@@ -297,7 +324,7 @@ class Writer:
         if batch:
             self._commit_batch(batch)
         self.maint.abort_backup()
-        for ident, request_id in self.backup_waiters:
+        for ident, request_id, _key in self.backup_waiters:
             self._send_ack(ident, m.Ack(id=request_id, ok=False, code="internal", error="the writer stopped"))
         try:
             self.maint.checkpoint("TRUNCATE")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import apsw
 
+from common import health
+from common.db import check_backup_target
 from common.stores import db_store, keys_store, recall_store
 
 BACKUP_STEP_PAGES = 1024  # pages copied per loop turn: writes go on between steps
@@ -25,7 +27,6 @@ class BackupJob:
     temp: Path
     dest: apsw.Connection
     backup: object
-    requesters: list[tuple[bytes, int]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     pages: int = 0
 
@@ -34,7 +35,7 @@ class Maintenance:
     def __init__(self, conn: apsw.Connection, db_file: Path, checkpoint_interval_s: float, wal_truncate_mb: float,
                  log) -> None:
         self.conn = conn
-        self.wal_file = Path(str(db_file) + "-wal")
+        self.db_file = db_file
         self.interval = checkpoint_interval_s
         self.truncate_bytes = int(wal_truncate_mb * 1024 * 1024)
         self.passive_bytes = min(self.truncate_bytes // 4, 4 * 1024 * 1024)
@@ -45,10 +46,7 @@ class Maintenance:
         self.backup: BackupJob | None = None
 
     def wal_bytes(self) -> int:
-        try:
-            return os.stat(self.wal_file).st_size
-        except FileNotFoundError:
-            return 0
+        return health.wal_bytes(self.db_file)
 
     def checkpoint(self, mode: str) -> tuple[int, int, int]:
         result = db_store.checkpoint(self.conn, mode)
@@ -87,6 +85,7 @@ class Maintenance:
         if self.backup is not None:
             return self.backup
         target = target.expanduser().absolute()
+        check_backup_target(target, self.db_file)
         target.parent.mkdir(parents=True, exist_ok=True)
         temp = target.with_name(f".{target.name}.partial")
         temp.unlink(missing_ok=True)
