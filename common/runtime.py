@@ -125,7 +125,7 @@ class Runtime:
         """Under supervisord, a service whose supervisord died (kill -9) stops instead of living on as an
         orphan that a new `starling up` would duplicate."""
         if not os.environ.get("SUPERVISOR_ENABLED"):
-            return
+            await asyncio.Event().wait()  # not under supervisord: nothing to watch (never returns)
         parent = os.getppid()
         while True:
             await asyncio.sleep(PARENT_CHECK_S)
