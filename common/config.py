@@ -57,6 +57,8 @@ class Control(_Section, kw_only=True):
 
 class Runner(_Section, kw_only=True):
     processes: Annotated[int, Meta(ge=1, le=64)] = 2
+    turns_per_process: Annotated[int, Meta(ge=1, le=256)] = 8
+    lease_s: Annotated[float, Meta(ge=1, le=3600)] = 60.0
 
 
 class Conversation(_Section, kw_only=True):
@@ -430,6 +432,8 @@ listen = "127.0.0.1:7820"      # host:port of /health and the control API
 
 [runner]
 processes = 2                  # agent-turn workers (1..64)
+turns_per_process = 8          # turns one runner works on at once (they mostly wait on the model)
+lease_s = 60.0                 # a turn's claim; renewed while it runs, taken by another runner if not
 
 [conversation]
 max_conversation_turns = 200   # turns kept in a session's history

@@ -21,6 +21,8 @@ VERB_MODULES = (
     "common.cli.session_cmd",
     "common.cli.data_cmd",
     "common.cli.agent_cmd",
+    "common.cli.chat_cmd",
+    "common.cli.approvals_cmd",
 )
 
 

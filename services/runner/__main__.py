@@ -1,7 +1,7 @@
-"""`python -m services.runner`: the agent runner (a placeholder until the runner issue lands)."""
+"""`python -m services.runner`: the agent runner."""
 
 import sys
 
-from common.runtime import run_placeholder
+from services.runner.main import main
 
-sys.exit(run_placeholder("runner", "the agent runner"))
+sys.exit(main())

@@ -55,6 +55,7 @@ class ProviderError(Exception):
 
     def __init__(self, kind: str, user_text: str, detail: str = "") -> None:
         super().__init__(detail or user_text)
-        self.kind = kind  # missing_key | unreachable | timeout | rate_limited | server_error | bad_request | malformed
+        # missing_key | unreachable | timeout | rate_limited | quota | server_error | auth | bad_request | malformed
+        self.kind = kind
         self.user_text = user_text
         self.detail = detail

@@ -9,6 +9,7 @@ from typing import Any, Awaitable, Callable
 from common.config import Config
 from common.home import Paths
 from schema import messages as m
+from services.runner.llm import ToolSpec
 
 # Sends one write to the writer and returns its result (raises common.errors.WriteRejected/BusTimeout).
 WriterCall = Callable[[m.WriteOp], Awaitable[m.Result | None]]
@@ -39,3 +40,28 @@ class ToolResult:
     outcome: str = "ok"
     approval_reason: str = ""  # with needs_approval: what the person is asked to allow
     files: list[Path] = field(default_factory=list)  # files sent to the chat by the tool, if any
+    result_path: str = ""  # set by registry.execute when the full content was too large and went to a file
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model can act on; the message is for the model (outcome "error")."""
+
+
+class Refused(ToolError):
+    """A tool will not do this, approved or not; the message is for the model (outcome "refused")."""
+
+
+ToolRun = Callable[[ToolContext, dict[str, Any]], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool: what the model sees (``spec``), the config group that enables it, and its coroutine.
+
+    ``inline_limit``: results larger than this many bytes go to data/tool-output/ (output.py).
+    """
+
+    spec: ToolSpec
+    group: str  # files | shell | memory | recall | send | cron | jobs (an agent config's ``tools``)
+    run: ToolRun
+    inline_limit: int = 16 * 1024

@@ -1,0 +1,163 @@
+"""The runner: claims pending turns through the writer and works on several at once.
+
+A claim is a lease: renewed while the turn runs, handed back on SIGTERM, taken by another runner if
+this one dies. One session's turns run in order, one at a time (the writer only hands out a
+session's oldest unfinished turn). Wake-ups come from the writer's turn events; a poll every second
+covers lost events and expired leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import structlog
+
+from common import bus, db
+from common.errors import StarlingError, WriteRejected
+from common.runtime import Runtime
+from common.service import boot
+from schema import messages as m
+from services.runner.persona import Persona, Personas
+from services.runner.providers.base import Provider, make_provider
+from services.runner.turn import WENT_WRONG, TurnWork, cancel_quietly, settings_model
+
+POLL_S = 1.0
+
+
+class Runner:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.svc = rt.svc
+        self.cfg = rt.svc.cfg
+        self.paths = rt.svc.paths
+        self.log = rt.log
+        self.worker = f"{rt.svc.name}:{os.getpid()}"
+        self.personas = Personas(self.paths.agents_dir)
+        self.providers: dict[tuple[str, str], Provider] = {}
+        self.reader = None
+        self.active: dict[int, asyncio.Task] = {}
+        self.slots = asyncio.Semaphore(self.cfg.runner.turns_per_process)
+        self.lease_s = self.cfg.runner.lease_s
+
+    async def call(self, op: m.WriteOp):
+        return await self.rt.client.call(op)
+
+    # ------------------------------------------------------------ models
+
+    def provider_for(self, persona: Persona) -> Provider:
+        name = persona.settings.provider
+        cfg = self.cfg.providers.get(name)
+        if cfg is None:
+            raise StarlingError(f"agent {persona.agent!r} uses provider {name!r}, which config.toml does not define"
+                                f" (add [providers.{name}])")
+        cfg = settings_model(persona, cfg)
+        key = (name, cfg.model)
+        if key not in self.providers:
+            self.providers[key] = make_provider(name, cfg, self.paths.secrets_file, log=self.log)
+        return self.providers[key]
+
+    def describe_model(self, agent: str) -> str:
+        try:
+            provider = self.provider_for(self.personas.get(agent))
+        except StarlingError as exc:
+            return f"unavailable ({exc})"
+        return f"{provider.name} / {provider.model}"
+
+    def context_window(self, persona: Persona) -> int:
+        return self.cfg.providers[persona.settings.provider].context_window
+
+    # ------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        self.reader = await asyncio.to_thread(db.wait_for_schema, self.paths.db_file, 60.0,
+                                                stop=self.svc.stopping)
+        events = bus.EventSubscriber(self.svc.endpoints.events, self.svc.key, [m.TOPIC_TURN],
+                                     heartbeat_ms=self.cfg.bus.heartbeat_ivl_ms)
+        events.start()
+        await self.rt.announce_ready()
+        try:
+            while True:
+                await self._claim_what_we_can()
+                await events.next(POLL_S)  # an event, a resync or a timeout: look again either way
+        finally:
+            events.close()
+            await self._hand_back()
+            for provider in self.providers.values():
+                await provider.close()
+
+    async def _claim_what_we_can(self) -> None:
+        while not self.slots.locked():
+            result = await self.call(m.ClaimTurn(worker=self.worker, lease_s=self.lease_s))
+            if not isinstance(result, m.TurnClaim):
+                return
+            await self.slots.acquire()
+            self.active[result.turn_id] = asyncio.create_task(self._work(result))
+
+    async def _work(self, claim: m.TurnClaim) -> None:
+        log = self.log.bind(session_id=claim.session_id, turn_id=claim.turn_id, agent=claim.agent,
+                            attempt=claim.attempt)
+        structlog.contextvars.bind_contextvars(session_id=claim.session_id, turn_id=claim.turn_id)
+        renewer = asyncio.create_task(self._renew(claim, log))
+        try:
+            log.info("turn_claimed", instance=claim.instance, chat=claim.chat)
+            await TurnWork(self, claim, log).run()
+        except asyncio.CancelledError:
+            raise
+        except WriteRejected as exc:
+            log.warning("turn_abandoned", code=exc.code, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - one turn's bug must not take the runner down
+            log.exception("turn_crashed", error=str(exc))
+            await self._give_up(claim, exc)
+        finally:
+            await cancel_quietly(renewer)
+            self.active.pop(claim.turn_id, None)
+            self.slots.release()
+
+    async def _give_up(self, claim: m.TurnClaim, exc: Exception) -> None:
+        try:
+            await self.call(m.FinishTurn(turn_id=claim.turn_id, worker=self.worker, ok=False,
+                                         error=f"{type(exc).__name__}: {exc}"[:500],
+                                         answer="", replies=[m.Reply(text=WENT_WRONG)]))
+        except StarlingError:
+            pass
+
+    async def _renew(self, claim: m.TurnClaim, log) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.call(m.RenewLease(kind="turn", id=claim.turn_id, worker=self.worker, lease_s=self.lease_s))
+            except WriteRejected:
+                log.warning("lease_lost_while_working")
+                task = self.active.get(claim.turn_id)
+                if task is not None:
+                    task.cancel()  # another runner has it now: stop, its answer counts
+                return
+
+    async def _hand_back(self) -> None:
+        """On stop: cancel turns in flight and release their claims so another runner takes them now."""
+        claims = list(self.active)
+        for task in list(self.active.values()):
+            task.cancel()
+        await asyncio.gather(*self.active.values(), return_exceptions=True)
+        for turn_id in claims:
+            try:
+                await asyncio.wait_for(self.call(m.ReleaseTurn(turn_id=turn_id, worker=self.worker)), 2)
+            except (asyncio.TimeoutError, StarlingError):
+                pass  # the lease will expire instead
+        if claims:
+            self.log.info("handed_back", turns=claims)
+
+
+async def serve(rt: Runtime) -> None:
+    await Runner(rt).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    svc = boot("runner", argv, description="Starling's agent runner")
+    return asyncio.run(Runtime(svc).run(serve, announces_ready=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Anthropic Messages API (`POST .../v1/messages`, `x-api-key`, `anthropic-version: 2023-06-01`).
+
+base_url may end in `/v1` or not: config's default is `https://api.anthropic.com`, and both
+`https://api.anthropic.com` and `https://api.anthropic.com/v1` reach `/v1/messages`.
+
+The API wants user and assistant turns to alternate, with tool results in a user turn right after the
+assistant turn that called the tools; so tool results become `tool_result` blocks, consecutive messages of
+one role are merged into one (tool results first, as the API requires), empty text is dropped (the API
+refuses empty text blocks), a history that starts with the assistant gets a short user turn in front,
+and tool-call ids are reduced to the characters the API accepts ([A-Za-z0-9_-]), the same way on both
+sides, so a history made with another provider still pairs up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from services.runner.llm import Message, ModelReply, ToolCall, ToolSpec, Usage
+from services.runner.providers.base import Malformed, Provider
+
+API_VERSION = "2023-06-01"
+HISTORY_CUT = "(earlier conversation omitted)"
+_BAD_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _id(call_id: str) -> str:
+    return _BAD_ID_CHARS.sub("_", call_id) or "toolu_unknown"
+
+
+def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
+    """(role, content blocks) of one neutral message."""
+    if m.role == "tool":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": _id(m.tool_call_id)}
+        if m.content:
+            block["content"] = m.content
+        return "user", [block]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    if m.role == "assistant":
+        blocks += [{"type": "tool_use", "id": _id(c.id), "name": c.name, "input": c.arguments} for c in m.tool_calls]
+        return "assistant", blocks
+    if m.role == "user":
+        return "user", blocks
+    raise ValueError(f"unknown message role {m.role!r}")
+
+
+def to_anthropic(system: str, messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """(system, messages) for the Messages API; system-role messages are appended to the system prompt."""
+    systems = [system] if system else []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            if m.content:
+                systems.append(m.content)
+            continue
+        role, blocks = _blocks(m)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    for item in out:
+        if item["role"] == "user":  # tool results first, then text (a stable sort keeps each group's order)
+            item["content"].sort(key=lambda b: b["type"] != "tool_result")
+    if out and out[0]["role"] == "assistant":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": HISTORY_CUT}]})
+    return "\n\n".join(systems), out
+
+
+class AnthropicProvider(Provider):
+    kind = "anthropic"
+
+    def _endpoint(self) -> str:
+        return f"{self.base_url}/messages" if self.base_url.endswith("/v1") else f"{self.base_url}/v1/messages"
+
+    def _auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    def _extra_headers(self) -> dict[str, str]:
+        return {"anthropic-version": API_VERSION}
+
+    def _body(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> dict[str, Any]:
+        system_text, wire = to_anthropic(system, messages)
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "messages": wire}
+        if system_text:
+            body["system"] = system_text
+        if tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
+            ]
+        return body
+
+    def _embedded_error(self, data: Any) -> tuple[int, Any] | None:
+        if isinstance(data, dict) and data.get("type") == "error":
+            return 502, data
+        return None
+
+    def _parse(self, data: Any) -> ModelReply:
+        content = data["content"]
+        if not isinstance(content, list):
+            raise Malformed("content is not a list")
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in content:
+            kind = block["type"]
+            if kind == "text":
+                texts.append(block["text"])
+            elif kind == "tool_use":
+                args = block.get("input")
+                if not isinstance(args, dict):
+                    args = {"_raw": json.dumps(args)}
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=args))
+            # thinking, redacted_thinking and server-tool blocks carry nothing the runner uses
+        usage = data.get("usage") or {}
+        input_tokens = sum(
+            int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        return ModelReply(
+            text="".join(texts),
+            tool_calls=tuple(calls),
+            usage=Usage(input_tokens=input_tokens, output_tokens=int(usage.get("output_tokens") or 0)),
+            stop_reason=str(data.get("stop_reason") or ""),
+            model=str(data.get("model") or self.model),
+        )

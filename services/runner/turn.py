@@ -1,0 +1,254 @@
+"""One claimed turn, start to finish: a command, or the agent's loop of model calls and tools.
+
+Everything the turn produces goes through the writer as it happens (assistant tool calls, tool
+results, usage, audit), so a runner killed mid-turn loses nothing: the turn's lease runs out, another
+runner takes it, reads what was done, and carries on. Only ``FinishTurn`` queues the answer, and the
+writer accepts it from the lease holder alone, so the person gets one answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+
+import msgspec
+
+from common.db import read_tx
+from common.errors import StarlingError, WriteRejected
+from common.stores import approval_store, session_store, turn_store
+from schema import messages as m
+from services.runner import commands, conversation
+from services.runner.llm import Message, ModelReply, ProviderError, ToolCall, ToolSpec
+from services.runner.persona import Persona
+from services.runner.providers.pricing import cost_usd
+from services.runner.tools import registry
+from services.runner.tools.base import ToolContext, ToolResult
+
+APPROVAL_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: typed by people
+APPROVAL_TTL_S = 24 * 3600
+KEEP_RECENT_SHARE = 0.4  # of the budget, kept verbatim when older turns are summarised
+WENT_WRONG = "Something went wrong on my side while answering; the operator can see why in the runner's log."
+SKILL_TOOL = ToolSpec(
+    "skill_load", "Load the full instructions of one of your skills (listed in the system prompt) by name.",
+    {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+)
+
+
+class Parked(Exception):
+    """The turn waits for a person's decision; it is no longer ours."""
+
+
+class TurnWork:
+    """What one turn needs: the claim, the writer, the database, the agent's persona and model."""
+
+    def __init__(self, runner, claim: m.TurnClaim, log) -> None:
+        self.runner = runner
+        self.claim = claim
+        self.log = log
+        self.call = runner.call
+        self.worker = runner.worker
+
+    async def run(self) -> None:
+        claim = self.claim
+        parsed = commands.parse(claim.text)
+        try:
+            if parsed is not None:
+                describe = self.runner.describe_model(claim.agent)
+                text = await commands.run(parsed[0], parsed[1], claim, self.call, self.runner.reader, describe)
+                await self.finish(answer=text)
+            else:
+                await self.agent_turn()
+        except Parked:
+            self.log.info("turn_parked")
+        except ProviderError as exc:
+            self.log.error("model_failed", kind=exc.kind, error=exc.detail or exc.user_text)
+            await self.finish(answer=exc.user_text, ok=False, error=f"{exc.kind}: {exc.detail or exc.user_text}")
+        except StarlingError as exc:  # a broken persona pack or agent config: say so to the person too
+            self.log.error("turn_failed", error=str(exc))
+            await self.finish(answer=f"I can't answer: {exc}", ok=False, error=str(exc))
+
+    async def finish(self, answer: str, ok: bool = True, error: str = "", meta: str = "{}") -> None:
+        replies = [m.Reply(text=answer)] if answer else []
+        try:
+            await self.call(m.FinishTurn(turn_id=self.claim.turn_id, worker=self.worker, ok=ok, error=error,
+                                         answer=answer, replies=replies, meta=meta))
+            self.log.info("turn_done", ok=ok)
+        except WriteRejected as exc:
+            if exc.code != "lease_lost":
+                raise
+            self.log.warning("lease_lost", detail="another runner took this turn; its answer counts")
+
+    # ------------------------------------------------------------ the agent loop
+
+    async def agent_turn(self) -> None:
+        claim = self.claim
+        persona: Persona = self.runner.personas.get(claim.agent)
+        provider = self.runner.provider_for(persona)
+        summary, messages, approval = self._load(persona)
+        system = persona.system_prompt(summary, channel=claim.instance)
+        system, messages = await self._maybe_compact(provider, persona, system, summary, messages)
+        tools = registry.specs_for(persona.settings.tools) + ([SKILL_TOOL] if persona.skills else [])
+        ctx = ToolContext(paths=self.runner.paths, cfg=self.runner.cfg, agent=claim.agent,
+                          session_id=claim.session_id, turn_id=claim.turn_id, instance=claim.instance,
+                          chat=claim.chat, call=self.call, reader=lambda: self.runner.reader, log=self.log)
+        pending = conversation.pending_calls(messages)
+        if pending:  # resumed: after an approval was decided, or after a runner died mid-call
+            await self._run_calls(ctx, persona, pending, messages, approval)
+        for _step in range(persona.settings.max_steps):
+            reply = await provider.complete(system, messages, tools)
+            await self._record_usage(provider, reply)
+            if not reply.tool_calls:
+                await self.finish(answer=reply.text or "(the model sent an empty answer)")
+                return
+            await self.call(m.AppendTurn(session_id=claim.session_id, worker=self.worker, role="assistant",
+                                         content=reply.text, meta=conversation.tool_calls_meta(reply.tool_calls),
+                                         parent_turn_id=claim.turn_id))
+            messages.append(Message("assistant", reply.text, tool_calls=reply.tool_calls))
+            await self._run_calls(ctx, persona, list(reply.tool_calls), messages, None)
+        await self.finish(answer=f"I stopped after {persona.settings.max_steps} steps without finishing;"
+                                 " tell me how to go on.", ok=False, error="max_steps")
+
+    def _load(self, persona: Persona) -> tuple[str, list[Message], approval_store.Approval | None]:
+        claim = self.claim
+        limit = self.runner.cfg.conversation.max_conversation_turns
+        with read_tx(self.runner.reader) as conn:
+            summary, upto = session_store.summary(conn, claim.session_id)
+            turns = turn_store.conversation(conn, claim.session_id, claim.turn_id, upto, limit)
+            approval = approval_store.for_turn(conn, claim.turn_id)
+        messages, _ids = conversation.to_messages(turns)
+        self._turn_ids = [t.id for t in turns]
+        return summary, messages, approval
+
+    async def _run_calls(self, ctx: ToolContext, persona: Persona, calls: list[ToolCall], messages: list[Message],
+                         approval: approval_store.Approval | None) -> None:
+        for call in calls:
+            decided = approval if approval and _approval_call_id(approval) == call.id else None
+            result = await self._execute(ctx, persona, call, decided)
+            await self.call(m.AppendTurn(
+                session_id=self.claim.session_id, worker=self.worker, role="tool", content=result.content,
+                meta=json.dumps({"tool_call_id": call.id, "name": call.name}), parent_turn_id=self.claim.turn_id))
+            messages.append(Message("tool", result.content, tool_call_id=call.id, name=call.name))
+
+    async def _execute(self, ctx: ToolContext, persona: Persona, call: ToolCall,
+                       decided: approval_store.Approval | None) -> ToolResult:
+        if decided is not None and decided.state in ("denied", "expired"):
+            text = ("The person denied this action." if decided.state == "denied"
+                    else "Nobody decided in time; the action was not run.")
+            await self._audit(call, ToolResult(text, outcome="denied"), 0.0)
+            return ToolResult(text, outcome="denied")
+        ctx.approved = decided is not None and decided.state == "approved"
+        started = time.monotonic()
+        if call.name == SKILL_TOOL.name:
+            text = persona.skill_text(str(call.arguments.get("name", "")))
+            result = ToolResult(text) if text is not None else ToolResult("No such skill.", outcome="error")
+        else:
+            result = await registry.execute(ctx, call.name, call.arguments, persona.settings.tools)
+        if result.outcome == "needs_approval":
+            mode = persona.settings.approval.mode
+            if mode == "auto" or self._granted(persona, call):
+                ctx.approved = True
+                result = await registry.execute(ctx, call.name, call.arguments, persona.settings.tools)
+            elif mode == "deny":
+                result = ToolResult(f"Refused: {result.approval_reason} needs approval, and this agent's approval"
+                                    " mode is deny.", outcome="refused")
+            else:
+                await self._park(call, result)
+        await self._audit(call, result, (time.monotonic() - started) * 1000)
+        return result
+
+    def _granted(self, persona: Persona, call: ToolCall) -> bool:
+        arguments = registry.redact_arguments(call.arguments)
+        with read_tx(self.runner.reader) as conn:
+            patterns = approval_store.grants(conn, persona.agent, call.name)
+        return any(_grant_matches(p, arguments) for p in patterns)
+
+    async def _park(self, call: ToolCall, result: ToolResult) -> None:
+        approval_id = "".join(secrets.choice(APPROVAL_ALPHABET) for _ in range(8))
+        arguments = registry.redact_arguments(call.arguments)
+        notice = (f"I need your approval to {result.approval_reason or call.name}:\n{_show(call)}\n"
+                  f"Approve with /approve {approval_id} (or /approve {approval_id} always), or /deny {approval_id}.")
+        await self._audit(call, ToolResult(result.approval_reason, outcome="pending"), 0.0)
+        await self.call(m.ParkTurn(turn_id=self.claim.turn_id, worker=self.worker, approval_id=approval_id,
+                                   tool=call.name, arguments=json.dumps({"call_id": call.id, "args": arguments}),
+                                   reason=result.approval_reason, ttl_s=APPROVAL_TTL_S, notice=notice))
+        self.log.info("approval_asked", approval_id=approval_id, tool=call.name)
+        raise Parked()
+
+    async def _audit(self, call: ToolCall, result: ToolResult, duration_ms: float) -> None:
+        outcome = {"needs_approval": "pending"}.get(result.outcome, result.outcome)
+        await self.call(m.RecordTool(
+            session_id=self.claim.session_id, turn_id=self.claim.turn_id, agent=self.claim.agent, tool=call.name,
+            arguments=registry.redact_arguments(call.arguments), outcome=outcome,
+            result_path=str(result.result_path or ""),
+            error=result.content[:500] if outcome in ("error", "refused") else "", duration_ms=duration_ms))
+
+    async def _record_usage(self, provider, reply: ModelReply) -> None:
+        await self.call(m.RecordUsage(
+            session_id=self.claim.session_id, turn_id=self.claim.turn_id, agent=self.claim.agent,
+            provider=provider.name, model=reply.model or provider.model, input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens, cost_usd=cost_usd(reply.model or provider.model, reply.usage)))
+
+    # ------------------------------------------------------------ compaction
+
+    async def _maybe_compact(self, provider, persona: Persona, system: str, summary: str,
+                             messages: list[Message]) -> tuple[str, list[Message]]:
+        """When the prompt would pass max_context_ratio of the window, older turns become a summary."""
+        window = self.runner.context_window(persona)
+        budget = int(window * self.runner.cfg.conversation.max_context_ratio)
+        if conversation.estimate_tokens(system, messages) <= budget:
+            return system, messages
+        cut = conversation.compaction_cut(messages, int(budget * KEEP_RECENT_SHARE))
+        if cut <= 0:
+            return system, messages
+        older = messages[:cut]
+        prompt = ("Summarise this conversation so far for your own later reference: facts, decisions, open"
+                  " tasks, names. Be concise.\n\n"
+                  + (f"Earlier summary:\n{summary}\n\n" if summary else "") + conversation.transcript(older))
+        reply = await provider.complete("You write faithful, compact summaries.", [Message("user", prompt)], [])
+        await self._record_usage(provider, reply)
+        upto = self._turn_ids[cut - 1] if cut - 1 < len(self._turn_ids) else self._turn_ids[-1]
+        await self.call(m.SetSummary(session_id=self.claim.session_id, summary=reply.text, upto_turn_id=upto))
+        self.log.info("compacted", messages_summarised=cut, kept=len(messages) - cut)
+        return persona.system_prompt(reply.text, channel=self.claim.instance), messages[cut:]
+
+
+def _approval_call_id(approval: approval_store.Approval) -> str:
+    try:
+        return json.loads(approval.arguments).get("call_id", "")
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _grant_matches(pattern: str, arguments: str) -> bool:
+    """A grant stored from an approval covers the same call (the same tool and arguments)."""
+    try:
+        granted = json.loads(pattern)
+        granted = granted.get("args", granted) if isinstance(granted, dict) else granted
+        granted = granted if isinstance(granted, str) else json.dumps(granted, sort_keys=True)
+        current = json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return pattern == arguments
+    return granted == current or pattern == arguments
+
+
+def _show(call: ToolCall) -> str:
+    if call.name == "shell" and "command" in call.arguments:
+        return f"$ {call.arguments['command']}"
+    return f"{call.name} {json.dumps(call.arguments, ensure_ascii=False)[:500]}"
+
+
+async def cancel_quietly(task: asyncio.Task) -> None:
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the task's own errors are logged by it
+        pass
+
+
+def settings_model(persona: Persona, provider_cfg):
+    """The provider's config with the agent's model override applied."""
+    if persona.settings.model:
+        return msgspec.structs.replace(provider_cfg, model=persona.settings.model)
+    return provider_cfg

@@ -1,0 +1,556 @@
+"""Fake model servers for tests: OpenAI Chat Completions and Anthropic Messages on 127.0.0.1, driven by a script.
+
+One aiohttp app serves both APIs (`POST /v1/chat/completions`, `POST /v1/messages`), records every request
+and answers from a script of steps consumed in order. With an empty script it answers
+"echo: <last user text>" at once, an instant fake model for benchmarks.
+
+In a test's event loop::
+
+    async with FakeModels([{"text": "hi"}, {"status": 429, "retry_after": 0.2}]) as fake:
+        ...  # base_url = fake.openai_url (OpenAI) or fake.anthropic_url (Anthropic)
+        fake.requests  # [{"api", "path", "headers", "body", "step"}, ...]
+
+As a process of its own (end-to-end tests): ``python -m tests.fake_models --port-file PATH
+[--script JSON_FILE] [--lifetime S]`` writes the port to PATH once it listens, stops on SIGTERM/SIGINT or
+after --lifetime seconds; `FakeModelsProcess` wraps that for synchronous tests.
+
+Control endpoints (both modes):
+  GET    /_requests[?api=openai|anthropic]   recorded requests, oldest first (JSON list)
+  DELETE /_requests                          forget them
+  GET    /_script                            steps not yet consumed
+  POST   /_script                            append steps: a JSON list of steps, or {"steps": [...]}
+  DELETE /_script                            drop all pending steps
+  GET    /_health                            {"ok": true}
+
+A step is a JSON object; every key is optional, and {} is the echo answer:
+  "api": "openai" | "anthropic"   only a request to that API consumes it (requests take the first match)
+  "delay": 0.5                    wait this long first (a client timeout test; cut short on stop)
+  "text": "hello"                 the reply text
+  "tool_call": {"name": "n", "arguments": {...} | "raw string", "id": "optional"}
+  "tool_calls": [ {...}, ... ]    several calls in one reply (OpenAI sends a string `arguments` verbatim)
+  "usage": {"input": 12, "output": 3}   otherwise estimated from the sizes (never 0)
+  "status": 429 | 500 | 503 | 529 | 401 | 400 | ...   an error answer in the API's own error shape
+  "retry_after": 0.2              with "status": the Retry-After header (seconds, or an HTTP-date string)
+  "message": "...", "code": "..." with "status": the error's message and (OpenAI) code / (Anthropic) type
+  "malformed": "not_json" | "wrong_shape"   a 200 whose body is not JSON / JSON of the wrong shape
+
+Requests are checked like the real APIs check them (alternating roles, tool results answering tool calls,
+max_tokens, anthropic-version...): a violation is answered 400 in the API's error shape and recorded with
+"invalid": reason. Auth header values are recorded as fingerprints (`fingerprint(value)`), never in clear.
+Everything is bounded: script and record lengths, body size, delays end on stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import deque
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+Step = dict[str, Any]
+
+MAX_STEPS = 1000
+MAX_RECORDED = 1000
+MAX_BODY = 8 * 1024 * 1024
+MAX_DELAY = 60.0
+AUTH_HEADERS = ("authorization", "x-api-key")
+_STEP_KEYS = {
+    "api", "delay", "text", "tool_call", "tool_calls", "usage", "status", "retry_after", "message", "code",
+    "malformed", "stop_reason",
+}
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+    413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error",
+}
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fingerprint(value: str) -> str:
+    """How an auth header value is recorded: tests compare fingerprints, the value itself is never kept."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def check_step(step: Any) -> Step:
+    """step, or ValueError naming what is wrong with it."""
+    if not isinstance(step, dict):
+        raise ValueError(f"a step is a JSON object, got {step!r}")
+    unknown = set(step) - _STEP_KEYS
+    if unknown:
+        raise ValueError(f"unknown step keys {sorted(unknown)}; known: {sorted(_STEP_KEYS)}")
+    if step.get("api") not in (None, "openai", "anthropic"):
+        raise ValueError(f"step api must be openai or anthropic, got {step['api']!r}")
+    if step.get("malformed") not in (None, "not_json", "wrong_shape"):
+        raise ValueError(f"malformed must be not_json or wrong_shape, got {step['malformed']!r}")
+    if "delay" in step and not 0 <= float(step["delay"]) <= MAX_DELAY:
+        raise ValueError(f"delay must be 0..{MAX_DELAY} s")
+    for call in _calls(step):
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise ValueError(f"a tool call needs a name: {call!r}")
+    return step
+
+
+def _calls(step: Step) -> list[dict[str, Any]]:
+    return ([step["tool_call"]] if "tool_call" in step else []) + list(step.get("tool_calls") or [])
+
+
+# --- the APIs' own request checks (the subset that catches a provider's mistakes) ---------------------------
+
+
+def _openai_problem(body: Any) -> str:
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return "model: required string"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: required non-empty list"
+    called: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ("system", "user", "assistant", "tool", "developer"):
+            return f"messages[{i}].role: invalid {role!r}"
+        if role == "assistant":
+            for c in m.get("tool_calls") or []:
+                fn = c.get("function") or {}
+                if c.get("type") != "function" or not c.get("id") or not isinstance(fn.get("arguments"), str):
+                    return f"messages[{i}].tool_calls: each needs id, type function, arguments string"
+                called.add(c["id"])
+        if role == "tool" and m.get("tool_call_id") not in called:
+            return f"messages[{i}]: tool message answers no earlier tool call"
+        if role != "assistant" and not isinstance(m.get("content"), (str, list)):
+            return f"messages[{i}].content: required"
+    for j, t in enumerate(body.get("tools") or []):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if t.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+            return f"tools[{j}]: expected {{type: function, function: {{name, description, parameters}}}}"
+    if "tools" in body and not body["tools"]:
+        return "tools: empty array (omit it instead)"
+    return ""
+
+
+def _anthropic_problem(body: Any, headers: dict[str, str]) -> str:
+    if not headers.get("anthropic-version"):
+        return "anthropic-version: header required"
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return "model: required string"
+    if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
+        return "max_tokens: required positive integer"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: required non-empty list"
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role != ("user" if i % 2 == 0 else "assistant"):
+            return f"messages[{i}]: roles must alternate, starting with user"
+        content = m.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list) or not blocks:
+            return f"messages[{i}].content: required non-empty"
+        types = [b.get("type") for b in blocks]
+        if any(b.get("type") == "text" and not b.get("text") for b in blocks):
+            return f"messages[{i}]: text content blocks must be non-empty"
+        if pending:
+            results = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+            if role != "user" or not pending <= results:
+                return f"messages[{i}]: tool_use ids {sorted(pending - results)} have no tool_result right after"
+            first_other = next((k for k, t in enumerate(types) if t != "tool_result"), len(types))
+            if "tool_result" in types[first_other:]:
+                return f"messages[{i}]: tool_result blocks must come first"
+        pending = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if role == "assistant" else set()
+        if role == "user" and "tool_use" in types or role == "assistant" and "tool_result" in types:
+            return f"messages[{i}]: block type not allowed for role {role}"
+    for j, t in enumerate(body.get("tools") or []):
+        if not isinstance(t, dict) or not t.get("name") or not isinstance(t.get("input_schema"), dict):
+            return f"tools.{j}: expected {{name, description, input_schema}}"
+    return ""
+
+
+def _last_user_text(api: str, body: Any) -> str:
+    messages = body.get("messages") if isinstance(body, dict) else None
+    for m in reversed(messages or []):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "tool"):
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            parts = []
+            for b in content:
+                if isinstance(b, dict) and b.get("type") == "text":
+                    parts.append(b.get("text") or "")
+                elif isinstance(b, dict) and b.get("type") == "tool_result":
+                    inner = b.get("content")
+                    parts.append(inner if isinstance(inner, str) else json.dumps(inner))
+            return " ".join(parts)
+    return ""
+
+
+class FakeModels:
+    """The fake servers in the current event loop; `async with` starts and stops them."""
+
+    def __init__(self, script: list[Step] = (), *, host: str = "127.0.0.1", port: int = 0, strict: bool = True) -> None:
+        self.host = host
+        self.port = port
+        self.strict = strict
+        self._script: deque[Step] = deque()
+        self._recorded: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
+        self._ids = count(1)
+        self._closing: asyncio.Event | None = None
+        self._runner: web.AppRunner | None = None
+        self.add(*script)
+
+    # --- for tests ---
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        """base_url for kind = "openai"."""
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        """base_url for kind = "anthropic" (the provider appends /v1/messages)."""
+        return self.url
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return list(self._recorded)
+
+    def requests_for(self, api: str) -> list[dict[str, Any]]:
+        return [r for r in self._recorded if r["api"] == api]
+
+    def add(self, *steps: Step) -> None:
+        if len(self._script) + len(steps) > MAX_STEPS:
+            raise ValueError(f"a script holds at most {MAX_STEPS} steps")
+        self._script.extend(check_step(s) for s in steps)
+
+    @property
+    def pending(self) -> list[Step]:
+        return list(self._script)
+
+    async def start(self) -> FakeModels:
+        self._closing = asyncio.Event()
+        app = web.Application(client_max_size=MAX_BODY)
+        app.add_routes([
+            web.post("/v1/chat/completions", self._openai),
+            web.post("/v1/messages", self._anthropic),
+            web.get("/_requests", self._get_requests),
+            web.delete("/_requests", self._clear_requests),
+            web.get("/_script", self._get_script),
+            web.post("/_script", self._post_script),
+            web.delete("/_script", self._clear_script),
+            web.get("/_health", self._health),
+        ])
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # the port the OS chose for port=0
+        return self
+
+    async def stop(self) -> None:
+        if self._closing is not None:
+            self._closing.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> FakeModels:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- the model APIs ---
+
+    async def _openai(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer("openai", request)
+
+    async def _anthropic(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer("anthropic", request)
+
+    def _take(self, api: str) -> Step | None:
+        for i, step in enumerate(self._script):
+            if step.get("api") in (None, api):
+                del self._script[i]
+                return step
+        return None
+
+    async def _answer(self, api: str, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = {"_raw": raw[:10000].decode("utf-8", "replace")}
+        headers = {
+            k.lower(): (fingerprint(v) if k.lower() in AUTH_HEADERS else v) for k, v in request.headers.items()
+        }
+        record: dict[str, Any] = {"api": api, "path": request.path, "headers": headers, "body": body, "ts": time.time()}
+        self._recorded.append(record)
+        problem = ""
+        if self.strict:
+            problem = _openai_problem(body) if api == "openai" else _anthropic_problem(body, headers)
+        if problem:
+            record["invalid"] = problem
+            return _error(api, 400, problem)
+        step = self._take(api)
+        record["step"] = step
+        step = step or {}
+        if step.get("delay"):
+            assert self._closing is not None
+            try:
+                await asyncio.wait_for(self._closing.wait(), float(step["delay"]))
+                return _error(api, 503, "fake server stopping")
+            except TimeoutError:
+                pass
+        if "status" in step:
+            extra = {"Retry-After": str(step["retry_after"])} if "retry_after" in step else {}
+            return _error(api, int(step["status"]), step.get("message", "fake error"), step.get("code"), extra)
+        if step.get("malformed") == "not_json":
+            return web.Response(status=200, text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+        if step.get("malformed") == "wrong_shape":
+            return web.json_response({"object": "unexpected", "data": [1, 2, 3]})
+        calls = _calls(step)
+        text = step.get("text")
+        if text is None and not calls:
+            text = "echo: " + _last_user_text(api, body)
+        usage = step.get("usage") or {}
+        n_in = int(usage.get("input", max(1, len(raw) // 4)))
+        n_out = int(usage.get("output", max(1, len(text or "") // 4 + 10 * len(calls))))
+        model = body.get("model", "fake") if isinstance(body, dict) else "fake"
+        n = next(self._ids)
+        if api == "openai":
+            return web.json_response(_openai_reply(n, model, text, calls, n_in, n_out, step.get("stop_reason")))
+        return web.json_response(_anthropic_reply(n, model, text, calls, n_in, n_out, step.get("stop_reason")))
+
+    # --- control ---
+
+    async def _get_requests(self, request: web.Request) -> web.Response:
+        api = request.query.get("api")
+        return web.json_response([r for r in self._recorded if api in (None, r["api"])])
+
+    async def _clear_requests(self, request: web.Request) -> web.Response:
+        self._recorded.clear()
+        return web.json_response({"ok": True})
+
+    async def _get_script(self, request: web.Request) -> web.Response:
+        return web.json_response(list(self._script))
+
+    async def _post_script(self, request: web.Request) -> web.Response:
+        try:
+            data = await request.json()
+            steps = data["steps"] if isinstance(data, dict) else data
+            if not isinstance(steps, list):
+                raise ValueError("expected a list of steps or {\"steps\": [...]}")
+            self.add(*steps)
+        except (ValueError, KeyError, TypeError) as e:
+            return web.json_response({"error": str(e)}, status=400)
+        return web.json_response({"queued": len(self._script)})
+
+    async def _clear_script(self, request: web.Request) -> web.Response:
+        self._script.clear()
+        return web.json_response({"ok": True})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+
+def _error(
+    api: str, status: int, message: str, code: str | None = None, headers: dict[str, str] | None = None
+) -> web.Response:
+    if api == "openai":
+        payload: dict[str, Any] = {"error": {"message": message, "type": "fake_error", "param": None, "code": code}}
+    else:
+        kind = code or _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        payload = {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"}
+    return web.json_response(payload, status=status, headers=headers)
+
+
+def _openai_reply(
+    n: int, model: str, text: str | None, calls: list[dict[str, Any]], n_in: int, n_out: int, stop: str | None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.get("id") or f"call_fake_{n}_{i}",
+                "type": "function",
+                "function": {
+                    "name": c["name"],
+                    "arguments": (
+                        c["arguments"] if isinstance(c.get("arguments"), str) else json.dumps(c.get("arguments") or {})
+                    ),
+                },
+            }
+            for i, c in enumerate(calls)
+        ]
+    return {
+        "id": f"chatcmpl-fake-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": stop or ("tool_calls" if calls else "stop")}],
+        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+    }
+
+
+def _anthropic_reply(
+    n: int, model: str, text: str | None, calls: list[dict[str, Any]], n_in: int, n_out: int, stop: str | None
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [
+        {
+            "type": "tool_use",
+            "id": c.get("id") or f"toolu_fake_{n}_{i}",
+            "name": c["name"],
+            "input": c.get("arguments") or {},
+        }
+        for i, c in enumerate(calls)
+    ]
+    return {
+        "id": f"msg_fake_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop or ("tool_use" if calls else "end_turn"),
+        "stop_sequence": None,
+        "usage": {"input_tokens": n_in, "output_tokens": n_out},
+    }
+
+
+# --- as a process of its own ------------------------------------------------------------------------------
+
+
+async def _serve(port_file: Path, script: list[Step], host: str, port: int, lifetime: float) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with FakeModels(script, host=host, port=port) as fake:
+        tmp = port_file.with_name(port_file.name + ".tmp")
+        tmp.write_text(f"{fake.port}\n")
+        os.replace(tmp, port_file)  # readers never see a half-written port
+        try:
+            await asyncio.wait_for(stop.wait(), lifetime)
+        except TimeoutError:
+            print(f"fake_models: lifetime of {lifetime:g} s over, stopping", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.fake_models", description=__doc__.splitlines()[0])
+    p.add_argument("--port-file", type=Path, required=True, help="where to write the port once listening")
+    p.add_argument("--script", type=Path, help="a JSON file holding a list of steps")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0: any free port")
+    p.add_argument("--lifetime", type=float, default=900.0, help="stop after this many seconds (default 900)")
+    args = p.parse_args(argv)
+    script = json.loads(args.script.read_text()) if args.script else []
+    if not isinstance(script, list):
+        p.error("--script: expected a JSON list of steps")
+    try:
+        for step in script:
+            check_step(step)
+    except ValueError as e:
+        p.error(f"--script: {e}")
+    asyncio.run(_serve(args.port_file, script, args.host, args.port, args.lifetime))
+    return 0
+
+
+class FakeModelsProcess:
+    """`python -m tests.fake_models` as a child process, for synchronous end-to-end tests; every wait bounded."""
+
+    def __init__(self, workdir: Path, script: list[Step] = (), *, lifetime: float = 600.0) -> None:
+        self.workdir = Path(workdir)
+        self.script = list(script)
+        self.lifetime = lifetime
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return self.url
+
+    def start(self, timeout: float = 10.0) -> FakeModelsProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        port_file = self.workdir / "fake_models.port"
+        port_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "tests.fake_models", "--port-file", str(port_file)]
+        cmd += ["--lifetime", str(self.lifetime)]
+        if self.script:
+            script_file = self.workdir / "fake_models.script.json"
+            script_file.write_text(json.dumps(self.script))
+            cmd += ["--script", str(script_file)]
+        self.log_file = self.workdir / "fake_models.log"
+        with self.log_file.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if port_file.exists():
+                self.port = int(port_file.read_text())
+                return self
+            if self.proc.poll() is not None:
+                err = self.log_file.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"fake_models exited with {self.proc.returncode}: {err}")
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"fake_models did not listen within {timeout} s")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout)
+
+    def _call(self, method: str, path: str, data: Any = None) -> Any:
+        body = json.dumps(data).encode() if data is not None else None
+        headers = {"content-type": "application/json"}
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def requests(self, api: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/_requests" + (f"?api={api}" if api else ""))
+
+    def add(self, *steps: Step) -> None:
+        self._call("POST", "/_script", list(steps))
+
+    def clear(self) -> None:
+        self._call("DELETE", "/_requests")
+        self._call("DELETE", "/_script")
+
+    def __enter__(self) -> FakeModelsProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""The runner end to end: real writer and runner processes, a fake model server speaking the OpenAI API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+
+import pytest
+
+from common import db
+from common.personas import create_pack
+from common.secrets import set_secret
+from common.stores import approval_store, audit_store, session_store, turn_store
+from schema import messages as m
+from tests.fake_models import FakeModelsProcess
+from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
+
+GATEWAY = "test"
+
+
+def config(model_url: str, extra: str = "") -> str:
+    return (
+        "[runner]\nprocesses = 1\nlease_s = 3\n"
+        "[providers.default]\n"
+        f'kind = "openai"\nbase_url = "{model_url}"\napi_key = "openai"\nmodel = "fake-model"\ncontext_window = 100000\n'
+        + extra
+    )
+
+
+@pytest.fixture(scope="module")
+def stack():
+    """A home with a writer, one runner and a fake model; tests use their own chats."""
+    home = make_home("[runner]\nprocesses = 1\n")
+    fake = FakeModelsProcess(home.root / "fake").start()
+    home = make_home(config(fake.openai_url), root=home.root)
+    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+    create_pack(home.paths, "default")
+    writer = start_writer(home)
+    runner = Proc(home, "runner")
+    home.fake = fake
+    home.runner = runner
+    yield home
+    runner.stop()
+    writer.stop()
+    fake.stop()
+    remove_home(home)
+
+
+def converse(home, chat: str, text: str, replies: int = 1, timeout: float = 20.0, agent: str = "default"):
+    """Send a message as a gateway would, then claim and mark sent the chat's outbox rows."""
+
+    async def go():
+        async with home.client("gateway") as c:
+            accepted = await c.call(m.Inbound(agent=agent, instance=GATEWAY, chat=chat, sender="u1", text=text,
+                                              dedupe_keys=[uuid.uuid4().hex]))
+            got: list[str] = []
+            deadline = time.monotonic() + timeout
+            while len(got) < replies and time.monotonic() < deadline:
+                claim = await c.call(m.ClaimOutbox(worker="gw", instances=[GATEWAY], chats=[chat]))
+                for item in claim.items:
+                    got.append(item.body)
+                    await c.call(m.OutboxSent(id=item.id, worker="gw"))
+                if not claim.items:
+                    await asyncio.sleep(0.05)
+            return accepted, got
+
+    return asyncio.run(go())
+
+
+def reader(home):
+    return db.open_reader(home.paths.db_file)
+
+
+def test_a_message_gets_the_models_answer(stack):
+    accepted, replies = converse(stack, "hello-chat", "hello there")
+    assert ["echo: hello there"] == replies
+    conn = reader(stack)
+    assert "done" == turn_store.get(conn, accepted.turn_id).state
+
+
+def test_the_system_prompt_is_the_persona_in_its_documented_order(stack):
+    converse(stack, "prompt-chat", "who are you")
+    request = stack.fake.requests("openai")[-1]["body"]
+    system = request["messages"][0]["content"]
+    order = [system.index(f"<!-- {name} -->") for name in ("IDENTITY.md", "SOUL.md", "AGENTS.md", "USER.md", "MEMORY.md")]
+    assert ("system", order, "who are you") == (request["messages"][0]["role"], sorted(order),
+                                                 request["messages"][-1]["content"])
+
+
+def test_the_tool_loop_writes_a_file_and_the_model_sees_the_result(stack):
+    stack.fake.add({"tool_call": {"name": "file_write", "arguments": {"path": "notes/plan.txt", "content": "step 1"}}},
+                   {"text": "I wrote your plan."})
+    accepted, replies = converse(stack, "tool-chat", "write my plan down")
+    written = (stack.paths.workspace_dir / "shared" / "notes" / "plan.txt").read_text()
+    second = stack.fake.requests("openai")[-1]["body"]["messages"]
+    tool_message = next(msg for msg in second if msg["role"] == "tool")
+    conn = reader(stack)
+    audit = audit_store.tools_for_session(conn, accepted.session_id)
+    assert (["I wrote your plan."], "step 1") == (replies, written)
+    assert ("file_write", "ok") == (audit[0].tool, audit[0].outcome)
+    assert tool_message["tool_call_id"] == second[-2]["tool_calls"][0]["id"]
+
+
+def test_an_approval_round_trip_resumes_the_turn_and_runs_the_command(stack):
+    stack.fake.add({"tool_call": {"name": "shell", "arguments": {"command": "touch approved.txt"}}},
+                   {"text": "Done: the file exists."})
+    accepted, notice = converse(stack, "approve-chat", "please create approved.txt")
+    approval_id = re.search(r"/approve ([A-Z0-9]{8})", notice[0]).group(1)
+    conn = reader(stack)
+    parked = turn_store.get(conn, accepted.turn_id).state
+    _, replies = converse(stack, "approve-chat", f"/approve {approval_id}", replies=2)
+    created = (stack.paths.workspace_dir / "private" / "default" / "approved.txt").exists()
+    assert ("waiting", True) == (parked, created)
+    assert [f"Approved {approval_id}.", "Done: the file exists."] == sorted(replies, key=lambda r: not r.startswith("Approved"))
+    conn = reader(stack)
+    assert ("approved", "done") == (approval_store.get(conn, approval_id).state, turn_store.get(conn, accepted.turn_id).state)
+
+
+def test_a_denied_call_is_not_run_and_the_model_is_told(stack):
+    stack.fake.add({"tool_call": {"name": "shell", "arguments": {"command": "rm notes.txt"}}},
+                   {"text": "Understood, I left it."})
+    _, notice = converse(stack, "deny-chat", "delete notes.txt")
+    approval_id = re.search(r"/deny ([A-Z0-9]{8})", notice[0]).group(1)
+    _, replies = converse(stack, "deny-chat", f"/deny {approval_id}", replies=2)
+    told = [msg for msg in stack.fake.requests("openai")[-1]["body"]["messages"] if msg["role"] == "tool"]
+    assert ("Understood, I left it." in replies, "The person denied this action.") == (True, told[-1]["content"])
+
+
+def test_new_starts_a_fresh_conversation(stack):
+    first, _ = converse(stack, "new-chat", "remember the blue door")
+    converse(stack, "new-chat", "/new")
+    second, replies = converse(stack, "new-chat", "what door?")
+    messages = stack.fake.requests("openai")[-1]["body"]["messages"]
+    assert (True, ["user"]) == (first.session_id != second.session_id, [msg["role"] for msg in messages[1:]])
+
+
+def test_status_and_help_answer_without_the_model(stack):
+    before = len(stack.fake.requests("openai"))
+    _, status = converse(stack, "status-chat", "/status")
+    _, help_text = converse(stack, "status-chat", "/help")
+    assert (before, True, True) == (len(stack.fake.requests("openai")), "fake-model" in status[0], "/new" in help_text[0])
+
+
+def test_a_malformed_model_answer_is_a_clear_error_turn_and_the_runner_lives(stack):
+    stack.fake.add({"malformed": "not_json"})
+    accepted, replies = converse(stack, "bad-chat", "hi")
+    conn = reader(stack)
+    assert (True, "failed", True) == ("could not read" in replies[0], turn_store.get(conn, accepted.turn_id).state,
+                                      stack.runner.alive())
+
+
+def test_one_sessions_turns_are_answered_in_order(stack):
+    async def go():
+        async with stack.client("gateway") as c:
+            for i in range(5):
+                await c.call(m.Inbound(agent="default", instance=GATEWAY, chat="order-chat", sender="u1",
+                                       text=f"number {i}", dedupe_keys=[uuid.uuid4().hex]))
+            got: list[str] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 5 and time.monotonic() < deadline:
+                claim = await c.call(m.ClaimOutbox(worker="gw", instances=[GATEWAY], chats=["order-chat"]))
+                for item in claim.items:
+                    got.append(item.body)
+                    await c.call(m.OutboxSent(id=item.id, worker="gw"))
+                await asyncio.sleep(0.02)
+            return got
+
+    assert [f"echo: number {i}" for i in range(5)] == asyncio.run(go())
+
+
+def test_a_missing_key_is_answered_with_how_to_set_it():
+    home = make_home()
+    fake = FakeModelsProcess(home.root / "fake").start()
+    home = make_home(config(fake.openai_url.replace("127.0.0.1", "example.invalid")), root=home.root)
+    create_pack(home.paths, "default")
+    writer = start_writer(home)
+    runner = Proc(home, "runner")
+    try:
+        _, replies = converse(home, "nokey", "hello")
+        assert "starling secret set openai --value-stdin" in replies[0]
+    finally:
+        runner.stop()
+        writer.stop()
+        fake.stop()
+        remove_home(home)
+
+
+def test_kill9_of_a_runner_mid_turn_gives_exactly_one_answer():
+    home = make_home()
+    fake = FakeModelsProcess(home.root / "fake").start()
+    home = make_home(config(fake.openai_url), root=home.root)
+    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+    fake.add({"delay": 3.0, "text": "slow answer that never arrives"}, {"text": "the answer"})
+    create_pack(home.paths, "default")
+    writer = start_writer(home)
+    first = Proc(home, "runner")
+    second = None
+    try:
+        async def send():
+            async with home.client("gateway") as c:
+                return await c.call(m.Inbound(agent="default", instance=GATEWAY, chat="crash", sender="u1",
+                                              text="hello", dedupe_keys=["crash:1"]))
+
+        accepted = asyncio.run(send())
+        wait_until(lambda: len(fake.requests("openai")) >= 1, timeout=15, what="the model to be asked")
+        first.kill9()
+        second = Proc(home, "runner")
+        wait_until(lambda: turn_store.get(reader(home), accepted.turn_id).state == "done", timeout=30,
+                   what="the turn to be answered by the second runner")
+        time.sleep(1.0)
+        rows = [r for r in __import__("common.stores.outbox_store", fromlist=["x"]).for_chat(reader(home), GATEWAY, "crash")]
+        assert (["the answer"], 2) == ([r.body for r in rows], turn_store.get(reader(home), accepted.turn_id).attempts)
+    finally:
+        if second is not None:
+            second.stop()
+        first.stop()
+        writer.stop()
+        fake.stop()
+        remove_home(home)
+
+
+def test_starling_chat_talks_to_the_agent_through_the_bus(stack):
+    import subprocess
+    import sys
+
+    from tests.procs import REPO
+
+    result = subprocess.run([sys.executable, "-m", "common.cli", "--home", str(stack.root), "chat", "--chat", "term",
+                             "-m", "hi from the terminal", "--timeout", "20"], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    conn = reader(stack)
+    rows = __import__("common.stores.outbox_store", fromlist=["x"]).for_chat(conn, "cli", "term")
+    assert (0, True, ["sent"]) == (result.returncode, "echo: hi from the terminal" in result.stdout,
+                                   [r.state for r in rows]), result.stderr
+
+
+def test_compaction_summarises_older_turns_and_keeps_recent_ones_and_call_result_pairs():
+    home = make_home()
+    fake = FakeModelsProcess(home.root / "fake").start()
+    # a tiny window: a few turns already pass max_context_ratio of it
+    home = make_home(config(fake.openai_url).replace("context_window = 100000", "context_window = 400"), root=home.root)
+    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+    create_pack(home.paths, "default")
+    for name in ("IDENTITY.md", "SOUL.md", "AGENTS.md", "USER.md", "MEMORY.md"):
+        (home.paths.agents_dir / "default" / name).write_text("")  # keep the prompt small
+    writer = start_writer(home)
+    runner = Proc(home, "runner")
+    try:
+        fake.add({"tool_call": {"name": "file_list", "arguments": {}}}, {"text": "listed " + "x" * 300})
+        converse(home, "long", "first question about the garden " + "y" * 300)
+        converse(home, "long", "second question " + "z" * 300)
+        fake.add({"text": "SUMMARY: garden talk"}, {"text": "third answer"})
+        accepted, replies = converse(home, "long", "third question")
+        requests = fake.requests("openai")
+        summary_request, final_request = requests[-2]["body"], requests[-1]["body"]
+        conn = reader(home)
+        summary, upto = session_store.summary(conn, accepted.session_id)
+        final_roles = [msg["role"] for msg in final_request["messages"]]
+        assert (["third answer"], "SUMMARY: garden talk") == (replies, summary)
+        assert "first question about the garden" in summary_request["messages"][-1]["content"]
+        assert "SUMMARY: garden talk" in final_request["messages"][0]["content"]
+        assert "third question" == final_request["messages"][-1]["content"]
+        assert "first question" not in json.dumps(final_request["messages"][1:])
+        # every tool result that is left has its call right before it
+        for i, role in enumerate(final_roles):
+            if role == "tool":
+                assert final_request["messages"][i - 1].get("tool_calls"), final_roles
+        assert upto > 0
+    finally:
+        runner.stop()
+        writer.stop()
+        fake.stop()
+        remove_home(home)
