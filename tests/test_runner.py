@@ -274,3 +274,69 @@ def test_compaction_summarises_older_turns_and_keeps_recent_ones_and_call_result
         writer.stop()
         fake.stop()
         remove_home(home)
+
+
+def test_two_runners_answer_many_chats_once_each_and_in_order_per_chat():
+    home = make_home()
+    fake = FakeModelsProcess(home.root / "fake").start()
+    # one turn at a time per runner: neither can take every chat's head alone
+    home = make_home(config(fake.openai_url).replace("lease_s = 3\n", "lease_s = 3\nturns_per_process = 1\n"),
+                     root=home.root)
+    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+    create_pack(home.paths, "default")
+    writer = start_writer(home)
+    runners = [Proc(home, "runner", "--name", f"runner-{i}") for i in range(2)]
+    chats, per_chat = 6, 5
+    try:
+        for r in runners:
+            wait_until(lambda: '"event":"ready"' in r.log_text(), timeout=20, what=f"{r.service} ready")
+        async def go():
+            async with home.client("gateway") as c:
+                for n in range(per_chat):
+                    for chat in range(chats):
+                        await c.call(m.Inbound(agent="default", instance=GATEWAY, chat=f"c{chat}", sender="u1",
+                                               text=f"c{chat} m{n}", dedupe_keys=[f"{chat}:{n}"]))
+                got: dict[str, list[str]] = {f"c{chat}": [] for chat in range(chats)}
+                deadline = time.monotonic() + 30
+                while sum(map(len, got.values())) < chats * per_chat and time.monotonic() < deadline:
+                    claim = await c.call(m.ClaimOutbox(worker="gw", instances=[GATEWAY], limit=50))
+                    for item in claim.items:
+                        got[item.chat].append(item.body)
+                        await c.call(m.OutboxSent(id=item.id, worker="gw"))
+                    await asyncio.sleep(0.02)
+                return got
+
+        got = asyncio.run(go())
+        expected = {f"c{chat}": [f"echo: c{chat} m{n}" for n in range(per_chat)] for chat in range(chats)}
+        workers = {json.loads(line)["service"] for r in runners for line in r.log_text().splitlines()
+                   if '"turn_claimed"' in line}
+        assert expected == got
+        assert {"runner-0", "runner-1"} == workers
+    finally:
+        for r in runners:
+            r.stop()
+        writer.stop()
+        fake.stop()
+        remove_home(home)
+
+
+def test_an_anthropic_provider_answers_too():
+    home = make_home()
+    fake = FakeModelsProcess(home.root / "fake").start()
+    home = make_home(config(fake.anthropic_url).replace('kind = "openai"', 'kind = "anthropic"'), root=home.root)
+    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+    create_pack(home.paths, "default")
+    fake.add({"api": "anthropic", "tool_call": {"name": "file_list", "arguments": {}}},
+             {"api": "anthropic", "text": "Your workspace is empty."})
+    writer = start_writer(home)
+    runner = Proc(home, "runner")
+    try:
+        _, replies = converse(home, "claude", "what is in my workspace?")
+        second = fake.requests("anthropic")[-1]["body"]["messages"]
+        assert ["Your workspace is empty."] == replies
+        assert "tool_result" == second[-1]["content"][0]["type"]
+    finally:
+        runner.stop()
+        writer.stop()
+        fake.stop()
+        remove_home(home)

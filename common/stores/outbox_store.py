@@ -59,6 +59,10 @@ FOR_CHAT = (
     " created_at, sent_at FROM outbox WHERE instance = ? AND chat = ? ORDER BY id"
 )
 COUNT_BY_STATE = "SELECT state, count(*) FROM outbox GROUP BY state"
+TIMES = (
+    "SELECT id, coalesce(turn_id, 0), chat, state, created_at, sent_at FROM outbox"
+    " WHERE instance = ? AND created_at >= ? ORDER BY id"
+)
 
 
 class Item(NamedTuple):
@@ -164,3 +168,8 @@ def for_chat(conn: apsw.Connection, instance: str, chat: str) -> list[Row]:
 
 def count_by_state(conn: apsw.Connection) -> dict[str, int]:
     return {state: n for state, n in conn.execute(COUNT_BY_STATE)}
+
+
+def times(conn: apsw.Connection, instance: str, since: float) -> list[tuple[int, int, str, str, float, float | None]]:
+    """(id, turn id or 0, chat, state, created_at, sent_at) of one instance's rows created since ``since``."""
+    return [tuple(row) for row in conn.execute(TIMES, (instance, since))]

@@ -70,6 +70,14 @@ CONVERSATION = (
 COUNT_IN_SESSION = "SELECT count(*) FROM turns WHERE session_id = ?"
 COUNT = "SELECT count(*) FROM turns"
 COUNT_BY_STATE = "SELECT state, count(*) FROM turns WHERE state IS NOT NULL GROUP BY state"
+INSERT_DONE_USER = (
+    "INSERT INTO turns (session_id, role, content, sender, state, created_at, done_at)"
+    " VALUES (?, 'user', ?, ?, 'done', ?, ?)"
+)
+USER_TURN_TIMES = (
+    "SELECT t.id, s.chat, t.state, t.created_at FROM turns t JOIN sessions s ON s.id = t.session_id"
+    " WHERE s.instance = ? AND t.role = 'user' AND t.created_at >= ? ORDER BY t.id"
+)
 INSERT_RAW = (
     "INSERT INTO turns (session_id, role, content, sender, state, created_at)"
     " VALUES (?, 'user', ?, ?, 'pending', ?)"
@@ -216,3 +224,17 @@ def count_by_state(conn: apsw.Connection) -> dict[str, int]:
 def insert_raw(conn: apsw.Connection, rows: list[tuple[int, str, str, float]]) -> None:
     """Bulk insert of (session_id, content, sender, created_at) user turns: the benchmark's baseline."""
     conn.executemany(INSERT_RAW, rows)
+
+
+def add_exchanges(conn: apsw.Connection, session_id: int, exchanges: list[tuple[str, str, str, float]]) -> int:
+    """Bulk history of (user text, sender, answer, created_at): a done user turn and its assistant answer
+    each, as a finished conversation leaves them (the turns benchmark's long session). Returns the count."""
+    for text, sender, answer, created_at in exchanges:
+        conn.execute(INSERT_DONE_USER, (session_id, text, sender, created_at, created_at))
+        conn.execute(INSERT_OTHER, (session_id, conn.last_insert_rowid(), "assistant", answer, "{}", created_at))
+    return 2 * len(exchanges)
+
+
+def user_turn_times(conn: apsw.Connection, instance: str, since: float) -> list[tuple[int, str, str, float]]:
+    """(turn id, chat, state, created_at) of the user turns of one gateway instance created since ``since``."""
+    return [tuple(row) for row in conn.execute(USER_TURN_TIMES, (instance, since))]
