@@ -10,7 +10,7 @@ import pytest
 
 from common import db
 from common.errors import WriteRejected
-from common.stores import db_store, recall_store, turn_store
+from common.stores import approval_store, db_store, recall_store, turn_store
 from schema import messages as m
 from tests.procs import Proc, make_home, remove_home, start_writer
 
@@ -282,3 +282,31 @@ def _count_rebuilds(writer_home):
     global _rebuilds_before
     log = writer_home.paths.logs_dir / "writer.log"
     _rebuilds_before = log.read_text().count('"event":"fts_rebuilt"') if log.exists() else 0
+
+
+def test_an_expired_approval_puts_its_turn_back_to_work(home):
+    writer = start_writer(home)
+
+    async def go():
+        async with home.client() as c:
+            accepted = await c.call(inbound("expiry-chat"))
+            claim = await c.call(m.ClaimTurn(worker="r1"))
+            await c.call(m.ParkTurn(turn_id=claim.turn_id, worker="r1", approval_id="EXPIRE01", tool="shell",
+                                    ttl_s=0.2, notice="approve with /approve EXPIRE01"))
+            conn = db.open_reader(home.paths.db_file)
+            parked = turn_store.get(conn, accepted.turn_id).state
+            deadline = asyncio.get_running_loop().time() + 15
+            while asyncio.get_running_loop().time() < deadline:  # the writer checks for expired approvals every second
+                if turn_store.get(conn, accepted.turn_id).state == "pending":
+                    break
+                await asyncio.sleep(0.1)
+            again = await c.call(m.ClaimTurn(worker="r2"))
+            with pytest.raises(WriteRejected) as late:
+                await c.call(m.DecideApproval(approval_id="EXPIRE01", approve=True, decided_by="u1"))
+            return parked, approval_store.get(conn, "EXPIRE01").state, again.turn_id, claim.turn_id, late.value.code
+
+    try:
+        parked, state, again, first, code = run(go())
+    finally:
+        writer.stop()
+    assert ("waiting", "expired", first, "conflict") == (parked, state, again, code)

@@ -28,7 +28,7 @@ from services.writer import apply as ops
 from services.writer.maintenance import Maintenance
 
 POLL_MAX_MS = 200
-APPROVAL_EXPIRY_EVERY_S = 5.0
+APPROVAL_EXPIRY_EVERY_S = 1.0
 MAINTENANCE_ANSWERS_KEPT = 256
 _NOBLOCK = int(zmq.NOBLOCK)  # plain ints: pyzmq's flag enums cost microseconds per send
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
