@@ -20,8 +20,9 @@ from common.runtime import Runtime
 from common.service import boot
 from schema import messages as m
 from services.runner.persona import Persona, Personas
-from services.runner.providers.base import Provider, make_provider
-from services.runner.turn import WENT_WRONG, TurnWork, cancel_quietly, settings_model
+
+# The model providers (aiohttp's client) and the tools are imported on the first turn, not at start:
+# an idle runner starts faster and stays smaller (see bench/startup.py).
 
 POLL_S = 1.0
 
@@ -35,7 +36,7 @@ class Runner:
         self.log = rt.log
         self.worker = f"{rt.svc.name}:{os.getpid()}"
         self.personas = Personas(self.paths.agents_dir)
-        self.providers: dict[tuple[str, str], Provider] = {}
+        self.providers: dict[tuple[str, str], object] = {}
         self.reader = None
         self.active: dict[int, asyncio.Task] = {}
         self.slots = asyncio.Semaphore(self.cfg.runner.turns_per_process)
@@ -46,7 +47,10 @@ class Runner:
 
     # ------------------------------------------------------------ models
 
-    def provider_for(self, persona: Persona) -> Provider:
+    def provider_for(self, persona: Persona):
+        from services.runner.providers.base import make_provider
+        from services.runner.turn import settings_model
+
         name = persona.settings.provider
         cfg = self.cfg.providers.get(name)
         if cfg is None:
@@ -96,6 +100,8 @@ class Runner:
             self.active[result.turn_id] = asyncio.create_task(self._work(result))
 
     async def _work(self, claim: m.TurnClaim) -> None:
+        from services.runner.turn import TurnWork, cancel_quietly
+
         log = self.log.bind(session_id=claim.session_id, turn_id=claim.turn_id, agent=claim.agent,
                             attempt=claim.attempt)
         structlog.contextvars.bind_contextvars(session_id=claim.session_id, turn_id=claim.turn_id)
@@ -116,6 +122,8 @@ class Runner:
             self.slots.release()
 
     async def _give_up(self, claim: m.TurnClaim, exc: Exception) -> None:
+        from services.runner.turn import WENT_WRONG
+
         try:
             await self.call(m.FinishTurn(turn_id=claim.turn_id, worker=self.worker, ok=False,
                                          error=f"{type(exc).__name__}: {exc}"[:500],
