@@ -48,12 +48,14 @@ if str(REPO) not in sys.path:
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import faulthandler  # noqa: E402
 import fcntl  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
 from collections import Counter, defaultdict  # noqa: E402
@@ -62,7 +64,6 @@ from datetime import datetime  # noqa: E402
 from bench.writer import cpu_seconds, percentile  # noqa: E402
 
 AGENT, INSTANCE, GATEWAY_WORKER = "default", "bench", "bench-gw"
-RUNNERS = ("runner-0", "runner-1")
 ANSWER_TIMEOUT_S = 30.0
 READY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 60.0
@@ -70,6 +71,39 @@ CLAIM_LIMIT = 64
 EVENT_WAIT_S = 0.05  # the claim loop's poll when no outbox event comes (events are hints)
 REPLAY_SAMPLES = 40
 TARGETS = {"p50": 15.0, "p99": 60.0, "turns_per_s": 200.0, "ratio": 1.5}
+
+# A separate process that outlives this one: it reads "pid N" lines on stdin; at EOF without "done" (this
+# process died without its finally: SIGKILL, or a C library's abort) it stops those processes and removes
+# the home. It only signals a pid whose command line still names the home (no stray kill of a reused pid).
+REAPER = r"""
+import os, shutil, signal, sys, time
+home, pids, done = sys.argv[1], [], False
+for line in sys.stdin:
+    if line.startswith("pid "):
+        pids.append(int(line.split()[1]))
+    elif line.strip() == "done":
+        done = True
+if done:
+    sys.exit(0)
+def ours(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return home.encode() in f.read()
+    except OSError:
+        return False
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for pid in pids:
+        if ours(pid):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    deadline = time.monotonic() + 10
+    while any(ours(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+shutil.rmtree(home, ignore_errors=True)
+print(f"turns bench reaper: the benchmark died; stopped {pids} and removed {home}", file=sys.stderr)
+"""
 
 
 def config_text(model_url: str) -> str:
@@ -91,7 +125,8 @@ def message(tag: str, chat: str, n: int) -> str:
 class Stack:
     """A home with the fake model, a writer and two runners; ``stop`` ends every process it started."""
 
-    def __init__(self, long_turns: int) -> None:
+    def __init__(self, long_turns: int, runners: int = 2) -> None:
+        self.names = [f"runner-{i}" for i in range(runners)]
         self.home = None
         self.fake = None
         self.writer = None
@@ -99,6 +134,13 @@ class Stack:
         self.long_turns = long_turns
         self.long_session = 0
         self.prefill_s = 0.0
+        self.reaper: subprocess.Popen | None = None
+
+    def guard(self, pid: int) -> None:
+        """Tell the reaper about a process to stop should this one die without cleaning up."""
+        if self.reaper is not None and self.reaper.poll() is None:
+            self.reaper.stdin.write(f"pid {pid}\n".encode())
+            self.reaper.stdin.flush()
 
     def start(self) -> None:
         from common.personas import create_pack
@@ -107,12 +149,16 @@ class Stack:
         from tests.procs import Proc, make_home, start_writer
 
         self.home = make_home("[runner]\nprocesses = 2\n")
+        self.reaper = subprocess.Popen([sys.executable, "-c", REAPER, str(self.home.root)], stdin=subprocess.PIPE,
+                                       start_new_session=True)  # not in the terminal's group: Ctrl-C spares it
         self.fake = FakeModelsProcess(self.home.root / "fake", lifetime=3600).start()
+        self.guard(self.fake.proc.pid)
         self.home = make_home(config_text(self.fake.openai_url), root=self.home.root)
         set_secret(self.home.paths.secrets_file, "openai", "sk-bench-not-a-real-key-1234")
         create_pack(self.home.paths, AGENT)
         # the writer migrates the new database, then stops: the long session is filled while no writer runs
         self.writer = start_writer(self.home)
+        self.guard(self.writer.pid)
         rc = self.writer.stop()
         if rc not in (0, None):
             raise RuntimeError(f"the writer exited with {rc} on stop:\n{self.writer.log_text()[-3000:]}")
@@ -120,9 +166,12 @@ class Stack:
         if self.long_turns:
             self.prefill()
         self.writer = start_writer(self.home)
-        self.runners = [Proc(self.home, "runner", "--name", name) for name in RUNNERS]
+        self.guard(self.writer.pid)
+        self.runners = [Proc(self.home, "runner", "--name", name) for name in self.names]
+        for proc in self.runners:
+            self.guard(proc.pid)
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not set(RUNNERS) <= {e.get("service") for e in self.runner_events() if e.get("event") == "ready"}:
+        while not set(self.names) <= {e.get("service") for e in self.runner_events() if e.get("event") == "ready"}:
             self.check_alive()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the runners were not ready in {READY_TIMEOUT_S:.0f}s:\n{self.runner_log()[-3000:]}")
@@ -179,7 +228,7 @@ class Stack:
         return events
 
     def pids(self) -> dict[str, int]:
-        pids = {"writer": self.writer.pid, **{name: p.pid for name, p in zip(RUNNERS, self.runners)}}
+        pids = {"writer": self.writer.pid, **{name: p.pid for name, p in zip(self.names, self.runners)}}
         if self.fake is not None and self.fake.proc is not None:
             pids["fake model"] = self.fake.proc.pid
         pids["bench (gateway + chats)"] = os.getpid()
@@ -196,6 +245,17 @@ class Stack:
             self.fake.stop()
         if self.home is not None and not keep:
             remove_home(self.home)
+        if self.reaper is not None:
+            try:
+                self.reaper.stdin.write(b"done\n")
+                self.reaper.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.reaper.wait(5)
+            except subprocess.TimeoutExpired:
+                self.reaper.kill()
+                self.reaper.wait(5)
 
     # --- the fake's records ---
 
@@ -263,17 +323,23 @@ class Gateway:
                 await asyncio.sleep(0.1)
                 continue
             self.claims += 1
-            if claim.items:
-                now = time.monotonic()
-                for item in claim.items:  # "delivered to the platform": the person sees it now
-                    self.delivered += 1
-                    self.inbox[item.chat].put_nowait((item, now))
-                    task = asyncio.create_task(self._mark_sent(item.id))
-                    self._sent_tasks.add(task)
-                    task.add_done_callback(self._sent_tasks.discard)
-                continue  # claim again at once: more may be waiting
-            self.empty_claims += 1
-            await self.sub.next(EVENT_WAIT_S)
+            now = time.monotonic()
+            for item in claim.items:  # "delivered to the platform": the person sees it now
+                self.delivered += 1
+                self.inbox[item.chat].put_nowait((item, now))
+                task = asyncio.create_task(self._mark_sent(item.id))
+                self._sent_tasks.add(task)
+                task.add_done_callback(self._sent_tasks.discard)
+            if len(claim.items) >= CLAIM_LIMIT:
+                continue  # a full claim: more may be waiting
+            self.empty_claims += not claim.items
+            # wait for a hint (every new outbox row publishes one), then take the hints already queued
+            # too: one claim answers them all (a row made after this claim began publishes its own)
+            event = await self.sub.next(EVENT_WAIT_S)
+            for _ in range(CLAIM_LIMIT):
+                if event is None:
+                    break
+                event = await self.sub.next(0.001)
 
     async def _mark_sent(self, outbox_id: int) -> None:
         from common.errors import BusTimeout, WriteRejected
@@ -307,6 +373,7 @@ class ChatLog:
         self.bodies_ok = 0
         self.timeouts = 0
         self.round_trips: list[tuple[float, float]] = []  # (monotonic send time, send -> answer seen, s)
+        self.acks: list[tuple[float, float]] = []  # (monotonic send time, Inbound send -> ack, s)
 
 
 async def run_chats(gw: Gateway, stack: Stack, tag: str, chats: list[str], warmup: float, seconds: float,
@@ -330,6 +397,7 @@ async def run_chats(gw: Gateway, stack: Stack, tag: str, chats: list[str], warmu
                 return
             text = message(tag, log.chat, n)
             accepted = await gw.send(log.chat, text, f"{tag}:{log.chat}:{n}")
+            log.acks.append((t0, time.monotonic() - t0))
             log.turn_ids.append(accepted.turn_id)
             log.duplicates += int(accepted.duplicate)
             got = await gw.answer(log.chat)
@@ -346,18 +414,20 @@ async def run_chats(gw: Gateway, stack: Stack, tag: str, chats: list[str], warmu
 
     tasks = [asyncio.create_task(chat_loop(log)) for log in logs.values()]
     pids = stack.pids()
-    cpu = {}
+    cpu, machine = {}, {}
     try:
         while time.monotonic() < w0:
             stack.check_alive()
             await asyncio.sleep(min(0.1, max(0.0, w0 - time.monotonic())))
-        cpu_before, t_before = cpu_seconds(pids), time.monotonic()
+        cpu_before, t_before, machine_before = cpu_seconds(pids), time.monotonic(), machine_cpu()
         while time.monotonic() < w1:
             stack.check_alive()
             await asyncio.sleep(min(0.1, max(0.0, w1 - time.monotonic())))
-        cpu_after, t_after = cpu_seconds(pids), time.monotonic()
+        cpu_after, t_after, machine_after = cpu_seconds(pids), time.monotonic(), machine_cpu()
         cpu = {name: (cpu_after[name] - cpu_before[name]) / (t_after - t_before)
                for name in pids if name in cpu_before and name in cpu_after}
+        machine = {"busy": (machine_after[0] - machine_before[0]) / (t_after - t_before),
+                   "steal": (machine_after[1] - machine_before[1]) / (t_after - t_before)}
         done, pending = await asyncio.wait(tasks, timeout=DRAIN_TIMEOUT_S + ANSWER_TIMEOUT_S)
         if pending:
             raise RuntimeError(f"{len(pending)} chats did not finish within {DRAIN_TIMEOUT_S + ANSWER_TIMEOUT_S:.0f}s")
@@ -368,7 +438,7 @@ async def run_chats(gw: Gateway, stack: Stack, tag: str, chats: list[str], warmu
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return {"logs": logs, "mono": (mono0, w0, w1), "wall": (wall0, wall0 + (w0 - mono0), wall0 + (w1 - mono0)),
-            "cpu": cpu}
+            "cpu": cpu, "machine": machine}
 
 
 async def run_sequential(gw: Gateway, stack: Stack, turns: int, warm: int) -> dict:
@@ -421,6 +491,24 @@ def db_times(stack: Stack, since: float) -> tuple[dict[int, tuple[str, str, floa
     return turns, outbox
 
 
+def writes_by_client(stack: Stack, since: float, until: float) -> dict[str, Counter]:
+    """{client name: Counter(result type)} of the recorded write requests committed in [since, until)
+    (every write but Inbound, Heartbeat, Ping and RenewLease is recorded with its answer)."""
+    from common import bus, db
+    from common.stores import keys_store
+
+    conn = db.open_reader(stack.home.paths.db_file)
+    try:
+        with db.read_tx(conn):
+            rows = keys_store.answers_between(conn, since, until)
+    finally:
+        conn.close()
+    found: dict[str, Counter] = defaultdict(Counter)
+    for key, result in rows:
+        found[key.split(":", 1)[0]][type(bus.result_decoder.decode(result)).__name__] += 1
+    return found
+
+
 def check_answers(logs: dict[str, ChatLog], turns: dict, outbox: dict, by_chat) -> tuple[bool, list[str]]:
     """Every turn sent has exactly one outbox row, sent; every chat got one answer per message."""
     problems = []
@@ -464,6 +552,29 @@ def runner_marks(stack: Stack) -> dict[int, dict]:
     return marks
 
 
+def slots_in_use(marks: dict[int, dict], since: float, until: float) -> dict[str, tuple[float, int]]:
+    """{runner: (time-weighted mean, max) of its turns between turn_claimed and turn_done in [since, until)}."""
+    steps: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for mark in marks.values():
+        if "claimed" in mark and "done" in mark:
+            steps[mark["runner"]] += [(mark["claimed"], 1), (mark["done"], -1)]
+    found = {}
+    for runner, events in steps.items():
+        events.sort()
+        level, peak, area, last = 0, 0, 0.0, since
+        for t, delta in events:
+            if t >= until:
+                break
+            if t > since:
+                area += level * (t - max(last, since))
+                last = t
+                peak = max(peak, level + delta) if delta > 0 else peak
+            level += delta
+        area += level * (until - max(last, since))
+        found[runner] = (area / (until - since), peak)
+    return found
+
+
 def model_marks(records: list[dict]) -> dict[str, tuple[float, int]]:
     """{last user text: (time the fake got the request, messages in it)}."""
     found = {}
@@ -497,6 +608,17 @@ async def replay_model(stack: Stack, bodies: list[dict]) -> list[float]:
     return out
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine so far, from /proc/stat; (0, 0) elsewhere."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
 def spread(values: list[float]) -> str:
     s = sorted(values)
     if not s:
@@ -510,20 +632,21 @@ def spread(values: list[float]) -> str:
 
 async def load_phase(stack: Stack, gw: Gateway, args, tag: str, rate: float | None, seed: int) -> dict:
     chats = [f"{tag}-{i:02d}" for i in range(args.chats)]
-    stack.fake_clear()
+    await asyncio.to_thread(stack.fake_clear)
     run = await run_chats(gw, stack, tag, chats, args.warmup, args.seconds, rate, random.Random(seed))
     await asyncio.sleep(0.3)  # the last OutboxSent acks
     wall0, ww0, ww1 = run["wall"]
-    turns, outbox = db_times(stack, wall0 - 1)
+    turns, outbox = await asyncio.to_thread(db_times, stack, wall0 - 1)
     turns = {tid: t for tid, t in turns.items() if t[0].startswith(tag + "-")}
     outbox = {tid: rows for tid, rows in outbox.items() if rows[0][1].startswith(tag + "-")}
     ok, problems = check_answers(run["logs"], turns, outbox, lambda chat: chat)
     answered_in_window = sum(1 for rows in outbox.values() for r in rows if ww0 <= r[3] < ww1)
-    records = stack.fake_records()
+    writes = await asyncio.to_thread(writes_by_client, stack, ww0, ww1)
+    records = await asyncio.to_thread(stack.fake_records)
     marks, model = runner_marks(stack), model_marks(records)
     sample = random.Random(seed).sample(records, min(REPLAY_SAMPLES, len(records)))
     model_ms = statistics.median(await replay_model(stack, [r["body"] for r in sample])) if sample else 0.0
-    raw, split = [], defaultdict(list)
+    raw, split, model_split = [], defaultdict(list), defaultdict(list)
     texts = {}
     for log in run["logs"].values():
         for n, tid in enumerate(log.turn_ids):
@@ -533,27 +656,31 @@ async def load_phase(stack: Stack, gw: Gateway, args, tag: str, rate: float | No
         rows = outbox.get(tid)
         if not rows or not ww0 <= created < ww1:
             continue
-        total = (rows[0][3] - created) * 1000
-        raw.append(total)
+        answered = rows[0][3]
+        raw.append((answered - created) * 1000)
         mark = marks.get(tid, {})
         per_runner[mark.get("runner", "?")] += 1
-        seen = model.get(texts.get(tid, ""))
-        if "claimed" in mark and seen:
+        if "claimed" in mark:
             split["inbound -> claimed (runner log)"].append((mark["claimed"] - created) * 1000)
-            split["claimed -> model request"].append((seen[0] - mark["claimed"]) * 1000)
-            split["model request -> outbox row"].append((rows[0][3] - seen[0]) * 1000)
-    e2e = [rt * 1000 for log in run["logs"].values() for t0, rt in log.round_trips if run["mono"][1] <= t0 < run["mono"][2]]
+            split["claimed -> outbox row"].append((answered - mark["claimed"]) * 1000)
+            seen = model.get(texts.get(tid, ""))
+            if seen:
+                model_split["claimed -> model request"].append((seen[0] - mark["claimed"]) * 1000)
+                model_split["model request -> outbox row"].append((answered - seen[0]) * 1000)
+    lo, hi = run["mono"][1], run["mono"][2]
+    e2e = [rt * 1000 for log in run["logs"].values() for t0, rt in log.round_trips if lo <= t0 < hi]
+    acks = [rt * 1000 for log in run["logs"].values() for t0, rt in log.acks if lo <= t0 < hi]
     return {"run": run, "ok": ok, "problems": problems, "answered_in_window": answered_in_window,
             "raw": raw, "overhead": [x - model_ms for x in raw], "model_ms": model_ms, "split": split,
-            "per_runner": per_runner, "e2e": e2e, "sent": sum(len(log.turn_ids) for log in run["logs"].values()),
+            "model_split": model_split, "writes": writes, "slots": slots_in_use(marks, ww0, ww1), "per_runner": per_runner, "e2e": e2e, "acks": acks, "sent": sum(len(log.turn_ids) for log in run["logs"].values()),
             "records": len(records)}
 
 
 async def long_phase(stack: Stack, gw: Gateway, args) -> dict:
-    stack.fake_clear()
+    await asyncio.to_thread(stack.fake_clear)
     run = await run_sequential(gw, stack, args.seq_turns, args.seq_warmup)
     await asyncio.sleep(0.3)
-    turns, outbox = db_times(stack, run["wall0"] - 1)
+    turns, outbox = await asyncio.to_thread(db_times, stack, run["wall0"] - 1)
 
     def ours(chat: str) -> bool:
         return chat == "long" or chat.startswith("empty-")
@@ -561,7 +688,7 @@ async def long_phase(stack: Stack, gw: Gateway, args) -> dict:
     turns = {tid: t for tid, t in turns.items() if ours(t[0])}
     outbox = {tid: rows for tid, rows in outbox.items() if ours(rows[0][1])}
     ok, problems = check_answers(run["logs"], turns, outbox, lambda chat: "long" if chat == "long" else "empty")
-    records = stack.fake_records()  # 2 x (warm + turns) requests: all kept (the fake keeps 1,000)
+    records = await asyncio.to_thread(stack.fake_records)  # 2 x (warm + turns) requests: all kept (the fake keeps 1,000)
     model = model_marks(records)
     by_text = {(r.get("body") or {}).get("messages", [{}])[-1].get("content"): r for r in records}
     result = {"ok": ok, "problems": problems, "run": run}
@@ -598,16 +725,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--long-turns", type=int, default=10_000, help="turns in the long session")
     parser.add_argument("--seq-turns", type=int, default=100, help="measured sequential turns per session kind")
     parser.add_argument("--seq-warmup", type=int, default=5, help="unmeasured sequential turns first")
+    parser.add_argument("--runners", type=int, default=2, help="runner processes (the issue's setting: 2)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (printed)")
     return parser.parse_args(argv)
 
 
+def progress(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 async def run_all(stack: Stack, args) -> dict:
     async with Gateway(stack) as gw:
+        progress("capacity phase")
         capacity = await load_phase(stack, gw, args, "cap", None, args.seed)
+        progress("latency phase")
         latency = await load_phase(stack, gw, args, "lat", args.rate, args.seed + 1)
+        progress("long-history phase")
         long = await long_phase(stack, gw, args)
+        progress("done")
         gw_stats = {"claims": gw.claims, "empty_claims": gw.empty_claims, "delivered": gw.delivered,
                     "errors": gw.errors[:5], "resent": gw.client.stats.resent}
     return {"capacity": capacity, "latency": latency, "long": long, "gateway": gw_stats}
@@ -625,7 +761,7 @@ def report(args, stack: Stack, res: dict) -> int:
 
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}, load avg "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"processes: writer, {len(RUNNERS)} runners ({', '.join(RUNNERS)}; turns_per_process"
+    print(f"processes: writer, {len(stack.names)} runners ({', '.join(stack.names)}; turns_per_process"
           f" {stack.home.cfg.runner.turns_per_process}), fake model; this process is the gateway and the chats")
     print("overhead = outbox row created_at - user turn created_at (both stamped by the writer) - the model's"
           " own time (median idle round trip of recorded requests replayed to the fake)")
@@ -640,16 +776,32 @@ def report(args, stack: Stack, res: dict) -> int:
         print(f"  overhead ms:            {spread(phase['overhead'])}")
         print(f"  inbound -> outbox ms:   {spread(phase['raw'])}")
         print(f"  chat send -> answer seen by the gateway ms: {spread(phase['e2e'])}")
+        print(f"  Inbound write -> its ack (bus round trip) ms: {spread(phase['acks'])}")
         for label, values in phase["split"].items():
             print(f"    {label:32s} {spread(values)}")
+        print(f"    of the window's turns among the fake's last {phase['records']} requests (the phase's end):")
+        for label, values in phase["model_split"].items():
+            print(f"    {label:32s} {spread(values)}")
+        per_turn = max(1, phase["answered_in_window"])
+        print("  writes per answered turn (recorded requests committed in the window, by client and answer): "
+              + "; ".join(f"{client}: " + ", ".join(f"{kind} {n / per_turn:.2f}" for kind, n in sorted(c.items()))
+                          for client, c in sorted(phase["writes"].items())) + "; plus 1 Inbound (not recorded)")
+        print(f"  runner slots in use (turn_claimed..turn_done, of turns_per_process"
+              f" {stack.home.cfg.runner.turns_per_process}): "
+              + ", ".join(f"{k} mean {mean:.1f} max {peak}" for k, (mean, peak) in sorted(phase["slots"].items())))
         print(f"  per runner (turns in the window): "
               + ", ".join(f"{k} {v:,}" for k, v in sorted(phase["per_runner"].items())))
         cpu = phase["run"]["cpu"]
         if cpu:
             print("  CPU in the window (share of one core): " + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items())
                   + f"; total {sum(cpu.values()):.2f} of {os.cpu_count()} cores")
+        machine = phase["run"]["machine"]
+        if machine:
+            others = max(0.0, machine["busy"] - sum(cpu.values()))
+            print(f"  the whole machine in the window: {machine['busy']:.2f} cores busy, of which"
+                  f" {others:.2f} not this benchmark's processes; steal {machine['steal']:.2f}")
         print(f"  answers checked: {'OK' if phase['ok'] else 'MISMATCH'} (each message one outbox row, sent,"
-              f" the right text; {phase['records']} fake records matched for the split)")
+              " the right text, one answer per message per chat)")
         for problem in phase["problems"][:10]:
             print(f"    {problem}")
     lg, em = long["long"], long["empty"]
@@ -687,6 +839,9 @@ def report(args, stack: Stack, res: dict) -> int:
         "long_history_ratio": round(ratio, 3),
         "long_history_p99_ratio": round(p99_ratio, 3),
         "saturated_p50_overhead_ms": round(percentile(sorted(cap["overhead"]), 50), 2),
+        "sequential_p50_overhead_ms": round(percentile(sorted(long["empty"]["overhead"]), 50), 2),
+        "sequential_p99_overhead_ms": round(percentile(sorted(long["empty"]["overhead"]), 99), 2),
+        "latency_phase_turns_per_s": round(lat["answered_in_window"] / args.seconds, 1),
         "model_ms": round(lat["model_ms"], 2),
         "answers_ok": ok,
     }), flush=True)
@@ -695,8 +850,8 @@ def report(args, stack: Stack, res: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.chats < 1 or args.seconds <= 0 or args.rate <= 0 or args.seq_turns < 1:
-        print("--chats, --seconds, --rate and --seq-turns must be positive", file=sys.stderr)
+    if args.chats < 1 or args.seconds <= 0 or args.rate <= 0 or args.seq_turns < 1 or args.runners < 1:
+        print("--chats, --seconds, --rate, --seq-turns and --runners must be positive", file=sys.stderr)
         return 2
 
     def on_term(signum: int, _frame: object) -> None:
@@ -704,9 +859,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
+    faulthandler.enable()  # should a C library abort this process: the Python stacks, then the reaper cleans up
     stack = None
     try:
-        stack = Stack(args.long_turns)
+        stack = Stack(args.long_turns, args.runners)
         stack.start()
         print(f"writer pid {stack.writer.pid}, runner pids {[p.pid for p in stack.runners]}, fake model pid"
               f" {stack.fake.proc.pid}; {args.chats} chats: capacity, then latency at {args.rate:g} turns/s,"

@@ -68,11 +68,35 @@ def calls_meta(*ids):
     return json.dumps({"tool_calls": [{"id": i, "name": "shell", "arguments": {"command": "ls"}} for i in ids]})
 
 
-def test_a_call_without_its_result_gets_an_interrupted_result():
+def test_a_call_without_any_result_gets_one():
     messages, _ = conversation.to_messages([turn(1, "user", "hi"), turn(2, "assistant", "", calls_meta("a")),
                                             turn(3, "user", "again")])
     assert ["user", "assistant", "tool", "user"] == [m.role for m in messages]
-    assert conversation.INTERRUPTED == messages[2].content
+    assert conversation.UNANSWERED == messages[2].content
+
+
+def result_meta(call_id, mark=""):
+    return json.dumps({"tool_call_id": call_id, "name": "shell", **({"mark": mark} if mark else {})})
+
+
+def test_a_real_result_replaces_the_started_stand_in():
+    messages, ids = conversation.to_messages([
+        turn(1, "user", "hi"), turn(2, "assistant", "", calls_meta("a")),
+        turn(3, "tool", conversation.INTERRUPTED, result_meta("a", "started")), turn(4, "tool", "real", result_meta("a"))])
+    assert (["user", "assistant", "tool"], "real", [1, 2, 3]) == ([m.role for m in messages], messages[2].content, ids)
+
+
+def test_a_started_call_is_interrupted_not_pending_and_a_waiting_call_is_pending():
+    started, _ = conversation.to_messages([
+        turn(1, "user", "hi"), turn(2, "assistant", "", calls_meta("a")),
+        turn(3, "tool", conversation.INTERRUPTED, result_meta("a", "started"))])
+    waiting, _ = conversation.to_messages([
+        turn(1, "user", "hi"), turn(2, "assistant", "", calls_meta("a")),
+        turn(3, "tool", conversation.INTERRUPTED, result_meta("a", "started")),
+        turn(4, "tool", conversation.WAITING, result_meta("a", "waiting"))])
+    assert ([], ["a"]) == ([c.id for c in conversation.pending_calls(started)],
+                           [c.id for c in conversation.pending_calls(waiting)])
+    assert (conversation.INTERRUPTED, conversation.WAITING) == (started[2].content, waiting[2].content)
 
 
 def test_a_result_whose_call_fell_out_of_the_window_is_dropped():

@@ -340,3 +340,46 @@ def test_an_anthropic_provider_answers_too():
         writer.stop()
         fake.stop()
         remove_home(home)
+
+
+def test_a_tool_call_running_when_its_runner_stops_is_not_run_again():
+    home = make_home()
+    fake = FakeModelsProcess(home.root / "fake").start()
+    home = make_home(config(fake.openai_url), root=home.root)
+    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+    create_pack(home.paths, "default")
+    settings = home.paths.agents_dir / "default" / "config.toml"
+    settings.write_text(settings.read_text().replace('mode = "ask"', 'mode = "auto"'))
+    fake.add({"tool_call": {"name": "shell", "arguments": {"command": "echo ran >> count.txt; sleep 4"}}},
+             {"text": "finished"})
+    count = home.paths.workspace_dir / "private" / "default" / "count.txt"
+    writer = start_writer(home)
+    first = Proc(home, "runner", "--name", "runner-a")
+    second = None
+    try:
+        async def send():
+            async with home.client("gateway") as c:
+                return await c.call(m.Inbound(agent="default", instance=GATEWAY, chat="rerun", sender="u1",
+                                              text="count", dedupe_keys=["rerun:1"]))
+
+        accepted = asyncio.run(send())
+        wait_until(count.exists, timeout=15, what="the command to start")
+        first.stop()  # SIGTERM: the claim is handed back mid-command
+        second = Proc(home, "runner", "--name", "runner-b")
+        wait_until(lambda: turn_store.get(reader(home), accepted.turn_id).state == "done", timeout=30,
+                   what="the second runner to finish the turn")
+        told = [msg["content"] for msg in fake.requests("openai")[-1]["body"]["messages"] if msg["role"] == "tool"]
+        assert (["ran"], [conversation_interrupted()]) == (count.read_text().split(), told)
+    finally:
+        if second is not None:
+            second.stop()
+        first.stop()
+        writer.stop()
+        fake.stop()
+        remove_home(home)
+
+
+def conversation_interrupted() -> str:
+    from services.runner.conversation import INTERRUPTED
+
+    return INTERRUPTED

@@ -136,6 +136,20 @@ def test_claim_for_one_chat_takes_only_that_chats_head(conn):
     assert ([a1], []) == ([i.id for i in first], [i.id for i in again])
 
 
+def test_an_unparked_turn_waits_for_the_sessions_running_turn(conn):
+    sid = new_session(conn)
+    first = user_turn(conn, sid, "delete my files")
+    second = user_turn(conn, sid, "something else")
+    turn_store.claim_next(conn, "w", 60, T0)
+    turn_store.park(conn, first, "w")
+    running = turn_store.claim_next(conn, "w", 60, T0)
+    turn_store.unpark(conn, first)
+    while_running = turn_store.claim_next(conn, "w2", 60, T0)
+    turn_store.finish(conn, second, "w", True, "", T0)
+    after = turn_store.claim_next(conn, "w2", 60, T0)
+    assert (second, None, first) == (running.turn_id, while_running, after.turn_id)
+
+
 def test_park_releases_the_session_and_unpark_puts_the_turn_ahead_again(conn):
     sid = new_session(conn)
     first = user_turn(conn, sid, "delete my files")

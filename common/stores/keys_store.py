@@ -10,6 +10,7 @@ PRUNE_ANSWERS = (
     "DELETE FROM write_keys WHERE key IN "
     "(SELECT key FROM write_keys WHERE created_at < ? ORDER BY created_at LIMIT ?)"
 )
+ANSWERS_BETWEEN = "SELECT key, result FROM write_keys WHERE created_at >= ? AND created_at < ?"
 FIND_INBOUND = "SELECT turn_id FROM inbound_keys WHERE key = ?"
 PUT_INBOUND = "INSERT OR IGNORE INTO inbound_keys (key, turn_id, created_at) VALUES (?, ?, ?)"
 PRUNE_INBOUND = (
@@ -49,3 +50,9 @@ def remember_inbound(conn: apsw.Connection, keys: list[str], turn_id: int, now: 
 def prune_inbound(conn: apsw.Connection, older_than: float, limit: int) -> int:
     conn.execute(PRUNE_INBOUND, (older_than, limit))
     return conn.changes()
+
+
+def answers_between(conn: apsw.Connection, since: float, until: float) -> list[tuple[str, bytes]]:
+    """(key, encoded result) of the write requests applied in [since, until): which clients wrote what
+    (a key starts with the client's name), for benchmarks."""
+    return [(key, bytes(result)) for key, result in conn.execute(ANSWERS_BETWEEN, (since, until))]

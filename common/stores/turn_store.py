@@ -22,6 +22,9 @@ NEXT_CLAIMABLE = (
     " WHERE t.state IN ('pending', 'claimed') AND (t.state = 'pending' OR t.lease_until <= ?)"
     " AND t.id = (SELECT min(h.id) FROM turns h"
     "             WHERE h.session_id = t.session_id AND h.state IN ('pending', 'claimed'))"
+    # a turn put back ahead of one already running (an approval decided meanwhile) waits for it
+    " AND NOT EXISTS (SELECT 1 FROM turns c WHERE c.session_id = t.session_id AND c.state = 'claimed'"
+    "                 AND c.lease_until > ? AND c.id != t.id)"
     " ORDER BY t.id LIMIT 1"
 )
 TAKE = (
@@ -64,7 +67,7 @@ HISTORY = (
 )
 CONVERSATION = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at FROM turns"
-    " WHERE session_id = ? AND coalesce(parent_id, id) <= ? AND id > ?"
+    " WHERE session_id = ? AND coalesce(parent_id, id) <= ? AND coalesce(parent_id, id) > ?"
     " ORDER BY coalesce(parent_id, id) DESC, id DESC LIMIT ?"
 )
 COUNT_IN_SESSION = "SELECT count(*) FROM turns WHERE session_id = ?"
@@ -138,7 +141,7 @@ def add_turn(conn: apsw.Connection, session_id: int, role: str, content: str, me
 def claim_next(conn: apsw.Connection, worker: str, lease_s: float, now: float) -> Claim | None:
     """Lease the next turn that may run; a turn that exhausted MAX_ATTEMPTS is failed and skipped."""
     while True:
-        row = conn.execute(NEXT_CLAIMABLE, (now,)).fetchone()
+        row = conn.execute(NEXT_CLAIMABLE, (now, now)).fetchone()
         if row is None:
             return None
         turn_id, attempts = row
@@ -203,8 +206,8 @@ def history(conn: apsw.Connection, session_id: int, up_to: int, limit: int) -> l
 
 def conversation(conn: apsw.Connection, session_id: int, up_to_turn: int, after_id: int, limit: int) -> list[Turn]:
     """What a model sees when answering user turn ``up_to_turn``: each user turn followed by the turns
-    that answered it (whatever arrived in between), turns after ``after_id`` (the compaction summary
-    covers the rest), the last ``limit`` of them, oldest first."""
+    that answered it (whatever arrived in between), from the user turns after ``after_id`` (the
+    compaction summary covers those up to it), the last ``limit`` of them, oldest first."""
     rows = conn.execute(CONVERSATION, (session_id, up_to_turn, after_id, limit)).fetchall()
     return [Turn(*row) for row in reversed(rows)]
 

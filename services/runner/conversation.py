@@ -1,9 +1,11 @@
 """A session's turns as model messages, and where compaction may cut them.
 
 Turns are stored one per message: a user turn; an assistant turn (its tool calls in ``meta``); a tool
-turn (its call's id in ``meta``). A tool call is never separated from its result: the window and
-the compaction cut both fall on user turns only, and a call whose result never came (the runner
-died) gets a result saying so.
+turn (its call's id in ``meta``). Before a tool runs, a stand-in result marked "started" is stored;
+the real result, stored after, replaces it. So a call that was running when its runner died is
+shown to the model as interrupted and is never run twice; a call parked for approval has a
+"waiting" stand-in until it is decided. A tool call is never separated from its result: the window
+and the compaction cut both fall on user turns only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import json
 from common.stores import turn_store
 from services.runner.llm import Message, ToolCall
 
-INTERRUPTED = "This call was interrupted before it finished (the runner stopped); it may or may not have run."
+INTERRUPTED = ("This call was interrupted before it finished (its runner stopped); it may or may not have run,"
+               " and it was not run again.")
+WAITING = "Waiting for the person's approval; this call has not run."
+UNANSWERED = "This call got no result."
 CHARS_PER_TOKEN = 4  # a cheap, conservative estimate; providers count exactly in their usage
 
 
@@ -30,7 +35,7 @@ def to_messages(turns: list[turn_store.Turn]) -> tuple[list[Message], list[int]]
             messages.append(Message("assistant", turn.content, tool_calls=calls))
         elif turn.role == "tool":
             messages.append(Message("tool", turn.content, tool_call_id=meta.get("tool_call_id", ""),
-                                    name=meta.get("name", "")))
+                                    name=meta.get("name", ""), mark=meta.get("mark", "")))
         else:
             continue
         ids.append(turn.id)
@@ -38,19 +43,26 @@ def to_messages(turns: list[turn_store.Turn]) -> tuple[list[Message], list[int]]
 
 
 def _pair_calls(messages: list[Message], ids: list[int]) -> tuple[list[Message], list[int]]:
-    """Drop results whose call is outside the window; give unanswered calls an 'interrupted' result."""
+    """Each call followed by its latest result; results without their call dropped; calls without any
+    result given one (an older runner's gap)."""
     out: list[Message] = []
     out_ids: list[int] = []
     open_calls: dict[str, str] = {}
+    answered: dict[str, int] = {}  # call id -> index of its result in ``out``
     for message, turn_id in zip(messages, ids):
         if message.role == "tool":
+            if message.tool_call_id in answered:  # a later result replaces the stand-in
+                out[answered[message.tool_call_id]] = message
+                continue
             if message.tool_call_id not in open_calls:
                 continue
             open_calls.pop(message.tool_call_id)
+            answered[message.tool_call_id] = len(out)
         else:
             _close_open(open_calls, out, out_ids)
             if message.role == "assistant":
                 open_calls = {c.id: c.name for c in message.tool_calls}
+                answered = {}
         out.append(message)
         out_ids.append(turn_id)
     return out, out_ids
@@ -58,18 +70,18 @@ def _pair_calls(messages: list[Message], ids: list[int]) -> tuple[list[Message],
 
 def _close_open(open_calls: dict[str, str], out: list[Message], out_ids: list[int]) -> None:
     for call_id, name in open_calls.items():
-        out.append(Message("tool", INTERRUPTED, tool_call_id=call_id, name=name))
+        out.append(Message("tool", UNANSWERED, tool_call_id=call_id, name=name))
         out_ids.append(out_ids[-1] if out_ids else 0)
     open_calls.clear()
 
 
 def pending_calls(messages: list[Message]) -> list[ToolCall]:
-    """Tool calls of the last assistant message that have no result yet (the turn resumes with them)."""
+    """Calls of the last assistant message still to run: without a result, or waiting for approval."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if message.role == "assistant":
-            answered = {m.tool_call_id for m in messages[index + 1:] if m.role == "tool"}
-            return [c for c in message.tool_calls if c.id not in answered]
+            done = {m.tool_call_id for m in messages[index + 1:] if m.role == "tool" and m.mark != "waiting"}
+            return [c for c in message.tool_calls if c.id not in done]
         if message.role == "user":
             return []
     return []
@@ -98,18 +110,24 @@ def compaction_cut(messages: list[Message], keep_recent_tokens: int) -> int:
     return cut
 
 
-def transcript(messages: list[Message]) -> str:
-    """Plain text of messages, for the model to summarise."""
+def transcript(messages: list[Message], max_chars: int) -> str:
+    """Plain text of messages for the model to summarise, each message and the whole bounded (the
+    newest part is kept when it must be cut)."""
     lines = []
     for message in messages:
         if message.role == "tool":
-            lines.append(f"[tool {message.name} result] {message.content[:2000]}")
+            lines.append(f"[tool {message.name} result] {_clip(message.content, 1000)}")
         elif message.tool_calls:
             calls = ", ".join(f"{c.name}({json.dumps(c.arguments)[:300]})" for c in message.tool_calls)
-            lines.append(f"assistant: {message.content} [calls: {calls}]")
+            lines.append(f"assistant: {_clip(message.content, 2000)} [calls: {calls}]")
         else:
-            lines.append(f"{message.role}: {message.content}")
-    return "\n".join(lines)
+            lines.append(f"{message.role}: {_clip(message.content, 2000)}")
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else "[…]\n" + text[-max_chars:]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + " […]"
 
 
 def tool_calls_meta(calls: tuple[ToolCall, ...]) -> str:

@@ -26,6 +26,7 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str = ""
     name: str = ""
+    mark: str = ""  # a tool message that stands in for a result: "started" (never finished) or "waiting"
 
 
 @dataclass(frozen=True)

@@ -117,8 +117,7 @@ class TurnWork:
             summary, upto = session_store.summary(conn, claim.session_id)
             turns = turn_store.conversation(conn, claim.session_id, claim.turn_id, upto, limit)
             approval = approval_store.for_turn(conn, claim.turn_id)
-        messages, _ids = conversation.to_messages(turns)
-        self._turn_ids = [t.id for t in turns]
+        messages, self._message_turn_ids = conversation.to_messages(turns)
         return summary, messages, approval
 
     async def _run_calls(self, ctx: ToolContext, persona: Persona, calls: list[ToolCall], messages: list[Message],
@@ -126,10 +125,14 @@ class TurnWork:
         for call in calls:
             decided = approval if approval and _approval_call_id(approval) == call.id else None
             result = await self._execute(ctx, persona, call, decided)
-            await self.call(m.AppendTurn(
-                session_id=self.claim.session_id, worker=self.worker, role="tool", content=result.content,
-                meta=json.dumps({"tool_call_id": call.id, "name": call.name}), parent_turn_id=self.claim.turn_id))
+            await self._store_result(call, result.content)
             messages.append(Message("tool", result.content, tool_call_id=call.id, name=call.name))
+
+    async def _store_result(self, call: ToolCall, content: str, mark: str = "") -> None:
+        """A tool message for ``call``; a later one replaces it in the conversation (see conversation.py)."""
+        meta = {"tool_call_id": call.id, "name": call.name, **({"mark": mark} if mark else {})}
+        await self.call(m.AppendTurn(session_id=self.claim.session_id, worker=self.worker, role="tool",
+                                     content=content, meta=json.dumps(meta), parent_turn_id=self.claim.turn_id))
 
     async def _execute(self, ctx: ToolContext, persona: Persona, call: ToolCall,
                        decided: approval_store.Approval | None) -> ToolResult:
@@ -140,12 +143,13 @@ class TurnWork:
             return ToolResult(text, outcome="denied")
         ctx.approved = decided is not None and decided.state == "approved"
         started = time.monotonic()
+        # from here the call may run: if this runner dies, the call is reported as interrupted, not re-run
+        await self._store_result(call, conversation.INTERRUPTED, mark="started")
         if call.name == SKILL_TOOL.name:
-            text = persona.skill_text(str(call.arguments.get("name", "")))
-            result = ToolResult(text) if text is not None else ToolResult("No such skill.", outcome="error")
+            result = self._skill(persona, call)
         else:
             result = await registry.execute(ctx, call.name, call.arguments, persona.settings.tools)
-        if result.outcome == "needs_approval":
+        if result.outcome == "needs_approval":  # nothing ran
             mode = persona.settings.approval.mode
             if mode == "auto" or self._granted(persona, call):
                 ctx.approved = True
@@ -154,9 +158,17 @@ class TurnWork:
                 result = ToolResult(f"Refused: {result.approval_reason} needs approval, and this agent's approval"
                                     " mode is deny.", outcome="refused")
             else:
+                await self._store_result(call, conversation.WAITING, mark="waiting")
                 await self._park(call, result)
         await self._audit(call, result, (time.monotonic() - started) * 1000)
         return result
+
+    def _skill(self, persona: Persona, call: ToolCall) -> ToolResult:
+        try:
+            text = persona.skill_text(str(call.arguments.get("name", "")))
+        except OSError as exc:
+            return ToolResult(f"The skill could not be read: {exc.strerror}", outcome="error")
+        return ToolResult(text) if text is not None else ToolResult("No such skill.", outcome="error")
 
     def _granted(self, persona: Persona, call: ToolCall) -> bool:
         arguments = registry.redact_arguments(call.arguments)
@@ -203,15 +215,22 @@ class TurnWork:
         if cut <= 0:
             return system, messages
         older = messages[:cut]
+        room = max(2000, budget * conversation.CHARS_PER_TOKEN // 2)  # the summary request must fit too
         prompt = ("Summarise this conversation so far for your own later reference: facts, decisions, open"
                   " tasks, names. Be concise.\n\n"
-                  + (f"Earlier summary:\n{summary}\n\n" if summary else "") + conversation.transcript(older))
-        reply = await provider.complete("You write faithful, compact summaries.", [Message("user", prompt)], [])
-        await self._record_usage(provider, reply)
-        upto = self._turn_ids[cut - 1] if cut - 1 < len(self._turn_ids) else self._turn_ids[-1]
-        await self.call(m.SetSummary(session_id=self.claim.session_id, summary=reply.text, upto_turn_id=upto))
+                  + (f"Earlier summary:\n{summary}\n\n" if summary else "") + conversation.transcript(older, room))
+        try:
+            reply = await provider.complete("You write faithful, compact summaries.", [Message("user", prompt)], [])
+            await self._record_usage(provider, reply)
+            new_summary = reply.text
+        except ProviderError as exc:  # the turn goes on without the older part rather than failing for good
+            self.log.warning("summary_failed", kind=exc.kind, error=exc.detail or exc.user_text)
+            new_summary = (summary + "\n" if summary else "") + "(Older turns were dropped: they could not be summarised.)"
+        # the cut falls on a user turn: everything before its place in the conversation is now summarised
+        upto = self._message_turn_ids[cut] - 1
+        await self.call(m.SetSummary(session_id=self.claim.session_id, summary=new_summary, upto_turn_id=upto))
         self.log.info("compacted", messages_summarised=cut, kept=len(messages) - cut)
-        return persona.system_prompt(reply.text, channel=self.claim.instance), messages[cut:]
+        return persona.system_prompt(new_summary, channel=self.claim.instance), messages[cut:]
 
 
 def _approval_call_id(approval: approval_store.Approval) -> str:
@@ -222,15 +241,21 @@ def _approval_call_id(approval: approval_store.Approval) -> str:
 
 
 def _grant_matches(pattern: str, arguments: str) -> bool:
-    """A grant stored from an approval covers the same call (the same tool and arguments)."""
+    """A grant stored from an approval ({"call_id", "args"}) covers the same call: the same arguments,
+    compared in one normal form (keys sorted, any non-ASCII kept as is)."""
     try:
         granted = json.loads(pattern)
-        granted = granted.get("args", granted) if isinstance(granted, dict) else granted
-        granted = granted if isinstance(granted, str) else json.dumps(granted, sort_keys=True)
-        current = json.dumps(json.loads(arguments), sort_keys=True)
+        if isinstance(granted, dict) and "args" in granted:
+            granted = granted["args"]
+        if isinstance(granted, str):
+            granted = json.loads(granted)
+        return _normal(granted) == _normal(json.loads(arguments))
     except ValueError:
         return pattern == arguments
-    return granted == current or pattern == arguments
+
+
+def _normal(value) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _show(call: ToolCall) -> str:

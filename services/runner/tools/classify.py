@@ -190,6 +190,8 @@ def _read_only_exceptions(name: str, args: list[Word], verdict: Verdict, env: En
     """True when a read-only command is used with an option that writes or runs something."""
     options, operands = _split_options(args)
     texts = [w.text for w in args]
+    if name in ("printf", "test", "[", "[[") and "-v" in texts:
+        return True  # bash evaluates a $(...) inside a -v array subscript
     if name == "find":
         risky = {"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"}
         for i, t in enumerate(texts):
@@ -407,7 +409,9 @@ def _redirects(seg: Segment, env: Env, verdict: Verdict) -> None:
             verdict.add(ASK, f"a redirection ({op}) without a target")
             continue
         if base in ("<<", "<<-"):
-            continue  # a heredoc delimiter, not a path
+            # bash expands $(...) and backticks in a here-document's body whatever quotes or # it holds
+            verdict.add(ASK, "a here-document (its text is expanded when the command runs)")
+            continue
         if base in (">&", "<&") and (target.text.isdigit() or target.text == "-"):
             continue  # 2>&1: a descriptor, not a file
         if target.unknown or SUB in target.text:

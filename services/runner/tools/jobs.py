@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import resource
 import secrets
 import signal
 import time
@@ -60,6 +61,16 @@ async def _watch(ctx: ToolContext, proc: asyncio.subprocess.Process, job_id: int
         ctx.log.warning("job_end_not_recorded", job_id=job_id, error=str(e))
 
 
+JOB_MAX_FILE_BYTES = 256 * 1024 * 1024  # a job cannot fill the disk that holds the database
+JOB_MAX_CPU_S = 6 * 3600
+
+
+def _limits() -> None:
+    """In the job's process, before it runs: bounded file size (its log included) and CPU time."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (JOB_MAX_FILE_BYTES, JOB_MAX_FILE_BYTES))
+    resource.setrlimit(resource.RLIMIT_CPU, (JOB_MAX_CPU_S, JOB_MAX_CPU_S))
+
+
 async def job_start(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     command = args["command"]
     if not command.strip():
@@ -72,7 +83,7 @@ async def job_start(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     try:
         proc = await asyncio.create_subprocess_exec(
             _bash(), "-c", command, cwd=home, env=command_env(ctx, home), stdin=asyncio.subprocess.DEVNULL,
-            stdout=fd, stderr=fd, start_new_session=True)
+            stdout=fd, stderr=fd, start_new_session=True, preexec_fn=_limits)
     finally:
         os.close(fd)
     try:

@@ -195,6 +195,8 @@ def check_path(path: Path, env: Env, recursive: bool, verdict: Verdict) -> None:
             verdict.add(ASK, f"reads the agents' persona folder ({text})")
         elif env.user_home is not None and inside(form, env.user_home) and not inside(form, env.workspace):
             verdict.add(ASK, f"reads the runner's home folder ({text}), which may hold keys and tokens")
+        elif recursive and (form == Path("/") or inside(form, Path("/proc")) or Path("/proc").is_relative_to(form)):
+            verdict.add(REFUSE, f"reads recursively through /proc ({text}), where other processes' secrets live")
         elif recursive and any(form in p.parents or form == p for p in (env.data, env.private_root, env.agents)):
             verdict.add(ASK, f"reads recursively through {text}, which holds Starling's data or other agents' files")
 
