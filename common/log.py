@@ -37,13 +37,14 @@ def redact(text: str) -> str:
     return pattern.sub(REDACTED, text) if pattern is not None else text
 
 
-def _redact_value(value: Any) -> Any:
+def redact_value(value: Any) -> Any:
+    """``value`` with every registered secret replaced, through dicts (keys too), lists and bytes."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: _redact_value(v) for k, v in value.items()}
+        return {redact(k) if isinstance(k, str) else k: redact_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_redact_value(v) for v in value]
+        return [redact_value(v) for v in value]
     if isinstance(value, (bytes, bytearray)):
         return redact(bytes(value).decode("utf-8", "replace"))
     return value
@@ -52,7 +53,7 @@ def _redact_value(value: Any) -> Any:
 def _redact_processor(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     if _pattern is None:
         return event_dict
-    return {k: _redact_value(v) for k, v in event_dict.items()}
+    return {k: redact_value(v) for k, v in event_dict.items()}
 
 
 def _add_process(service: str) -> structlog.types.Processor:

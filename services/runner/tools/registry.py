@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from common.log import redact
+from common.log import redact, redact_value
 from services.runner.llm import ToolSpec
 from services.runner.tools import cron, files, jobs, memory, output, recall, send, shell
 from services.runner.tools.base import Refused, Tool, ToolContext, ToolError, ToolResult
@@ -153,16 +153,6 @@ async def execute(ctx: ToolContext, name: str, args: Any, enabled_groups: Iterab
     return result
 
 
-def _redact_value(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redact(str(k)): _redact_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact_value(v) for v in value]
-    return value
-
-
 def redact_arguments(args: Any) -> str:
     """The call's arguments as JSON for the audit and approvals, every registered secret value replaced."""
-    return redact(json.dumps(_redact_value(args), ensure_ascii=False, default=str))
+    return redact(json.dumps(redact_value(args), ensure_ascii=False, default=str))
