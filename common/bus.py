@@ -322,7 +322,6 @@ class EventSubscriber:
         topics: list[str],
         *,
         beat_timeout_s: float = 5.0,
-        heartbeat_ms: int = 1000,
         ctx: zmq.asyncio.Context | None = None,
     ) -> None:
         self.endpoint = endpoint
@@ -330,7 +329,6 @@ class EventSubscriber:
         self._signer = Signer(key)
         self._topics = list(topics)
         self._beat_timeout_s = beat_timeout_s
-        self._heartbeat_ms = heartbeat_ms
         self._ctx = ctx or zmq.asyncio.Context.instance()
         self._sock: zmq.asyncio.Socket | None = None
         self._state = _Sequence()
@@ -338,7 +336,10 @@ class EventSubscriber:
 
     def start(self) -> None:
         sock = self._ctx.socket(zmq.SUB)
-        tune(sock, self._heartbeat_ms)
+        # no ZMTP heartbeats here: libzmq 4.3 can abort when a slow subscriber's heartbeat times out
+        # (zeromq/libzmq#3937); the writer's beat on the event topic tells liveness instead
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
         for topic in [*self._topics, m.TOPIC_BEAT]:
             sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
         sock.connect(self.endpoint)
@@ -351,6 +352,16 @@ class EventSubscriber:
             self._sock.close(linger=0)
             self._sock = None
 
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for something, then take everything queued. True when anything
+        came (events or a resync): callers that re-read their work anyway need no more than that."""
+        first = await self.next(timeout_s)
+        if first is None:
+            return False
+        while await self.next(0) is not None:
+            pass
+        return True
+
     async def next(self, timeout_s: float) -> m.AnyEvent | Resync | None:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -359,10 +370,10 @@ class EventSubscriber:
                 self.close()
                 self.start()
                 return self._resync(f"no beat from the writer in {self._beat_timeout_s:.0f}s")
-            if remaining <= 0:
-                return None
-            wait_ms = int(min(remaining, self._beat_timeout_s) * 1000) + 1
+            wait_ms = int(min(remaining, self._beat_timeout_s) * 1000) + 1 if remaining > 0 else 0
             if not await self._sock.poll(wait_ms, zmq.POLLIN):
+                if remaining <= 0:
+                    return None
                 continue
             frames = await self._sock.recv_multipart()
             outcome = self._accept(frames)

@@ -85,7 +85,7 @@ class Chat:
             printed += await self.deliver()
             if self.turn_over(accepted.turn_id) and await self.deliver() == 0:
                 return 0
-            await self.events.next(0.5)
+            await self.events.drain(0.5)
         print(output.paint(f"No answer within {self.timeout:.0f}s. Are runners running? See `starling status`"
                            " and `starling logs runner`.", "yellow"), file=sys.stderr)
         return 1

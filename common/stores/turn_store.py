@@ -23,7 +23,9 @@ NEXT_CLAIMABLE = (
     " AND t.id = (SELECT min(h.id) FROM turns h"
     "             WHERE h.session_id = t.session_id AND h.state IN ('pending', 'claimed'))"
     # a turn put back ahead of one already running (an approval decided meanwhile) waits for it
-    " AND NOT EXISTS (SELECT 1 FROM turns c WHERE c.session_id = t.session_id AND c.state = 'claimed'"
+    # (state IN (...) too, so that SQLite uses the partial index turns_work, not a scan of the session)
+    " AND NOT EXISTS (SELECT 1 FROM turns c WHERE c.session_id = t.session_id"
+    "                 AND c.state IN ('pending', 'claimed') AND c.state = 'claimed'"
     "                 AND c.lease_until > ? AND c.id != t.id)"
     " ORDER BY t.id LIMIT 1"
 )
@@ -57,6 +59,7 @@ PARK = (
 UNPARK = "UPDATE turns SET state = 'pending', attempts = 0 WHERE id = ? AND state = 'waiting'"
 SESSION_OF = "SELECT session_id FROM turns WHERE id = ?"
 HELD = "SELECT session_id FROM turns WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+HAS_WORK = "SELECT 1 FROM turns WHERE state IN ('pending', 'claimed') AND session_id = ? LIMIT 1"
 GET = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
     " FROM turns WHERE id = ?"
@@ -186,6 +189,11 @@ def held_by(conn: apsw.Connection, turn_id: int, worker: str) -> int | None:
     """The session of a turn this worker holds a claim on, else None."""
     row = conn.execute(HELD, (turn_id, worker)).fetchone()
     return None if row is None else int(row[0])
+
+
+def has_work(conn: apsw.Connection, session_id: int) -> bool:
+    """Whether the session has a turn waiting or running (a finished turn wakes runners only then)."""
+    return conn.execute(HAS_WORK, (session_id,)).fetchone() is not None
 
 
 def session_of(conn: apsw.Connection, turn_id: int) -> int | None:

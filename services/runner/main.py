@@ -77,14 +77,13 @@ class Runner:
     async def run(self) -> None:
         self.reader = await asyncio.to_thread(db.wait_for_schema, self.paths.db_file, 60.0,
                                                 stop=self.svc.stopping)
-        events = bus.EventSubscriber(self.svc.endpoints.events, self.svc.key, [m.TOPIC_TURN],
-                                     heartbeat_ms=self.cfg.bus.heartbeat_ivl_ms)
+        events = bus.EventSubscriber(self.svc.endpoints.events, self.svc.key, [m.TOPIC_TURN])
         events.start()
         await self.rt.announce_ready()
         try:
             while True:
                 await self._claim_what_we_can()
-                await events.next(POLL_S)  # an event, a resync or a timeout: look again either way
+                await events.drain(POLL_S)  # events, a resync or a timeout: look again either way
         finally:
             events.close()
             await self._hand_back()

@@ -184,8 +184,8 @@ def _finish(conn, op: m.FinishTurn, now: float, events: list[Pending]) -> m.Queu
         turn_store.add_turn(conn, turn.session_id, "assistant", op.answer, op.meta, now, op.turn_id)
     session_store.touch(conn, turn.session_id, now)
     ids = _enqueue(conn, turn.session_id, op.turn_id, session.instance, session.chat, op.replies, now, events)
-    # the session's next turn (if any) may run now
-    events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": turn.session_id, "turn_id": 0}))
+    if turn_store.has_work(conn, turn.session_id):  # the session's next turn may run now
+        events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": turn.session_id, "turn_id": 0}))
     return m.Queued(ids=ids)
 
 

@@ -60,7 +60,7 @@ class Writer:
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         bus.tune(self.router, svc.cfg.bus.heartbeat_ivl_ms)
         self.pub = ctx.socket(zmq.PUB)
-        bus.tune(self.pub, svc.cfg.bus.heartbeat_ivl_ms)
+        self.pub.setsockopt(zmq.LINGER, bus.LINGER_MS)  # no ZMTP heartbeats on PUB/SUB: see EventSubscriber
         self.pub.setsockopt(zmq.SNDHWM, 100_000)
         for sock, endpoint in ((self.router, svc.endpoints.writer), (self.pub, svc.endpoints.events)):
             _unlink_stale_ipc(endpoint)
