@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import subprocess
+import sys
 import time
 import uuid
 
@@ -13,10 +16,11 @@ import pytest
 from common import db
 from common.personas import create_pack
 from common.secrets import set_secret
-from common.stores import approval_store, audit_store, session_store, turn_store
+from common.stores import approval_store, audit_store, outbox_store, session_store, turn_store
 from schema import messages as m
+from services.runner.conversation import INTERRUPTED
 from tests.fake_models import FakeModelsProcess
-from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
+from tests.procs import REPO, Proc, make_home, remove_home, start_writer, wait_until
 
 GATEWAY = "test"
 
@@ -47,6 +51,33 @@ def stack():
     writer.stop()
     fake.stop()
     remove_home(home)
+
+
+@contextlib.contextmanager
+def own_home(edit=lambda text: text, key: bool = True, anthropic: bool = False):
+    """A fresh home of its own with a fake model and the default agent; the processes a test starts
+    go in ``home.procs`` and are stopped at the end, whatever happens."""
+    home = make_home()
+    fake = FakeModelsProcess(home.root / "fake").start()
+    text = config(fake.anthropic_url if anthropic else fake.openai_url)
+    home = make_home(edit(text.replace('kind = "openai"', 'kind = "anthropic"') if anthropic else text), root=home.root)
+    if key:
+        set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+    create_pack(home.paths, "default")
+    home.fake = fake
+    home.procs = []
+    try:
+        yield home
+    finally:
+        for proc in reversed(home.procs):
+            proc.stop()
+        fake.stop()
+        remove_home(home)
+
+
+def started(home, proc):
+    home.procs.append(proc)
+    return proc
 
 
 def converse(home, chat: str, text: str, replies: int = 1, timeout: float = 20.0, agent: str = "default"):
@@ -172,124 +203,81 @@ def test_one_sessions_turns_are_answered_in_order(stack):
 
 
 def test_a_missing_key_is_answered_with_how_to_set_it():
-    home = make_home()
-    fake = FakeModelsProcess(home.root / "fake").start()
-    home = make_home(config(fake.openai_url.replace("127.0.0.1", "example.invalid")), root=home.root)
-    create_pack(home.paths, "default")
-    writer = start_writer(home)
-    runner = Proc(home, "runner")
-    try:
+    with own_home(lambda text: text.replace("127.0.0.1", "example.invalid"), key=False) as home:
+        started(home, start_writer(home))
+        started(home, Proc(home, "runner"))
         _, replies = converse(home, "nokey", "hello")
         assert "starling secret set openai --value-stdin" in replies[0]
-    finally:
-        runner.stop()
-        writer.stop()
-        fake.stop()
-        remove_home(home)
 
 
 def test_kill9_of_a_runner_mid_turn_gives_exactly_one_answer():
-    home = make_home()
-    fake = FakeModelsProcess(home.root / "fake").start()
-    home = make_home(config(fake.openai_url), root=home.root)
-    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-    fake.add({"delay": 3.0, "text": "slow answer that never arrives"}, {"text": "the answer"})
-    create_pack(home.paths, "default")
-    writer = start_writer(home)
-    first = Proc(home, "runner")
-    second = None
-    try:
+    with own_home() as home:
+        home.fake.add({"delay": 3.0, "text": "slow answer that never arrives"}, {"text": "the answer"})
+        started(home, start_writer(home))
+        first = started(home, Proc(home, "runner"))
+
         async def send():
             async with home.client("gateway") as c:
                 return await c.call(m.Inbound(agent="default", instance=GATEWAY, chat="crash", sender="u1",
                                               text="hello", dedupe_keys=["crash:1"]))
 
         accepted = asyncio.run(send())
-        wait_until(lambda: len(fake.requests("openai")) >= 1, timeout=15, what="the model to be asked")
+        wait_until(lambda: len(home.fake.requests("openai")) >= 1, timeout=15, what="the model to be asked")
         first.kill9()
-        second = Proc(home, "runner")
+        started(home, Proc(home, "runner"))
         wait_until(lambda: turn_store.get(reader(home), accepted.turn_id).state == "done", timeout=30,
                    what="the turn to be answered by the second runner")
         time.sleep(1.0)
-        rows = [r for r in __import__("common.stores.outbox_store", fromlist=["x"]).for_chat(reader(home), GATEWAY, "crash")]
+        rows = outbox_store.for_chat(reader(home), GATEWAY, "crash")
         assert (["the answer"], 2) == ([r.body for r in rows], turn_store.get(reader(home), accepted.turn_id).attempts)
-    finally:
-        if second is not None:
-            second.stop()
-        first.stop()
-        writer.stop()
-        fake.stop()
-        remove_home(home)
 
 
 def test_starling_chat_talks_to_the_agent_through_the_bus(stack):
-    import subprocess
-    import sys
-
-    from tests.procs import REPO
-
     result = subprocess.run([sys.executable, "-m", "common.cli", "--home", str(stack.root), "chat", "--chat", "term",
                              "-m", "hi from the terminal", "--timeout", "20"], cwd=REPO, capture_output=True, text=True,
                             timeout=60)
-    conn = reader(stack)
-    rows = __import__("common.stores.outbox_store", fromlist=["x"]).for_chat(conn, "cli", "term")
+    rows = outbox_store.for_chat(reader(stack), "cli", "term")
     assert (0, True, ["sent"]) == (result.returncode, "echo: hi from the terminal" in result.stdout,
                                    [r.state for r in rows]), result.stderr
 
 
 def test_compaction_summarises_older_turns_and_keeps_recent_ones_and_call_result_pairs():
-    home = make_home()
-    fake = FakeModelsProcess(home.root / "fake").start()
     # a tiny window: a few turns already pass max_context_ratio of it
-    home = make_home(config(fake.openai_url).replace("context_window = 100000", "context_window = 400"), root=home.root)
-    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-    create_pack(home.paths, "default")
-    for name in ("IDENTITY.md", "SOUL.md", "AGENTS.md", "USER.md", "MEMORY.md"):
-        (home.paths.agents_dir / "default" / name).write_text("")  # keep the prompt small
-    writer = start_writer(home)
-    runner = Proc(home, "runner")
-    try:
-        fake.add({"tool_call": {"name": "file_list", "arguments": {}}}, {"text": "listed " + "x" * 300})
+    with own_home(lambda text: text.replace("context_window = 100000", "context_window = 400")) as home:
+        for name in ("IDENTITY.md", "SOUL.md", "AGENTS.md", "USER.md", "MEMORY.md"):
+            (home.paths.agents_dir / "default" / name).write_text("")  # keep the prompt small
+        started(home, start_writer(home))
+        started(home, Proc(home, "runner"))
+        home.fake.add({"tool_call": {"name": "file_list", "arguments": {}}}, {"text": "listed " + "x" * 300})
         converse(home, "long", "first question about the garden " + "y" * 300)
         converse(home, "long", "second question " + "z" * 300)
-        fake.add({"text": "SUMMARY: garden talk"}, {"text": "third answer"})
+        home.fake.add({"text": "SUMMARY: garden talk"}, {"text": "third answer"})
         accepted, replies = converse(home, "long", "third question")
-        requests = fake.requests("openai")
+        requests = home.fake.requests("openai")
         summary_request, final_request = requests[-2]["body"], requests[-1]["body"]
-        conn = reader(home)
-        summary, upto = session_store.summary(conn, accepted.session_id)
-        final_roles = [msg["role"] for msg in final_request["messages"]]
-        assert (["third answer"], "SUMMARY: garden talk") == (replies, summary)
-        assert "first question about the garden" in summary_request["messages"][-1]["content"]
-        assert "SUMMARY: garden talk" in final_request["messages"][0]["content"]
-        assert "third question" == final_request["messages"][-1]["content"]
-        assert "first question" not in json.dumps(final_request["messages"][1:])
-        # every tool result that is left has its call right before it
-        for i, role in enumerate(final_roles):
-            if role == "tool":
-                assert final_request["messages"][i - 1].get("tool_calls"), final_roles
-        assert upto > 0
-    finally:
-        runner.stop()
-        writer.stop()
-        fake.stop()
-        remove_home(home)
+        summary, upto = session_store.summary(reader(home), accepted.session_id)
+    final_roles = [msg["role"] for msg in final_request["messages"]]
+    assert (["third answer"], "SUMMARY: garden talk") == (replies, summary)
+    assert "first question about the garden" in summary_request["messages"][-1]["content"]
+    assert "SUMMARY: garden talk" in final_request["messages"][0]["content"]
+    assert "third question" == final_request["messages"][-1]["content"]
+    assert "first question" not in json.dumps(final_request["messages"][1:])
+    # every tool result that is left has its call right before it
+    for i, role in enumerate(final_roles):
+        if role == "tool":
+            assert final_request["messages"][i - 1].get("tool_calls"), final_roles
+    assert upto > 0
 
 
 def test_two_runners_answer_many_chats_once_each_and_in_order_per_chat():
-    home = make_home()
-    fake = FakeModelsProcess(home.root / "fake").start()
-    # one turn at a time per runner: neither can take every chat's head alone
-    home = make_home(config(fake.openai_url).replace("lease_s = 3\n", "lease_s = 3\nturns_per_process = 1\n"),
-                     root=home.root)
-    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-    create_pack(home.paths, "default")
-    writer = start_writer(home)
-    runners = [Proc(home, "runner", "--name", f"runner-{i}") for i in range(2)]
     chats, per_chat = 6, 5
-    try:
+    # one turn at a time per runner: neither can take every chat's head alone
+    with own_home(lambda text: text.replace("lease_s = 3\n", "lease_s = 3\nturns_per_process = 1\n")) as home:
+        started(home, start_writer(home))
+        runners = [started(home, Proc(home, "runner", "--name", f"runner-{i}")) for i in range(2)]
         for r in runners:
             wait_until(lambda: '"event":"ready"' in r.log_text(), timeout=20, what=f"{r.service} ready")
+
         async def go():
             async with home.client("gateway") as c:
                 for n in range(per_chat):
@@ -307,56 +295,33 @@ def test_two_runners_answer_many_chats_once_each_and_in_order_per_chat():
                 return got
 
         got = asyncio.run(go())
-        expected = {f"c{chat}": [f"echo: c{chat} m{n}" for n in range(per_chat)] for chat in range(chats)}
         workers = {json.loads(line)["service"] for r in runners for line in r.log_text().splitlines()
                    if '"turn_claimed"' in line}
-        assert expected == got
-        assert {"runner-0", "runner-1"} == workers
-    finally:
-        for r in runners:
-            r.stop()
-        writer.stop()
-        fake.stop()
-        remove_home(home)
+    expected = {f"c{chat}": [f"echo: c{chat} m{n}" for n in range(per_chat)] for chat in range(chats)}
+    assert (expected, {"runner-0", "runner-1"}) == (got, workers)
 
 
 def test_an_anthropic_provider_answers_too():
-    home = make_home()
-    fake = FakeModelsProcess(home.root / "fake").start()
-    home = make_home(config(fake.anthropic_url).replace('kind = "openai"', 'kind = "anthropic"'), root=home.root)
-    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-    create_pack(home.paths, "default")
-    fake.add({"api": "anthropic", "tool_call": {"name": "file_list", "arguments": {}}},
-             {"api": "anthropic", "text": "Your workspace is empty."})
-    writer = start_writer(home)
-    runner = Proc(home, "runner")
-    try:
+    with own_home(anthropic=True) as home:
+        home.fake.add({"api": "anthropic", "tool_call": {"name": "file_list", "arguments": {}}},
+                      {"api": "anthropic", "text": "Your workspace is empty."})
+        started(home, start_writer(home))
+        started(home, Proc(home, "runner"))
         _, replies = converse(home, "claude", "what is in my workspace?")
-        second = fake.requests("anthropic")[-1]["body"]["messages"]
-        assert ["Your workspace is empty."] == replies
-        assert "tool_result" == second[-1]["content"][0]["type"]
-    finally:
-        runner.stop()
-        writer.stop()
-        fake.stop()
-        remove_home(home)
+        second = home.fake.requests("anthropic")[-1]["body"]["messages"]
+    assert (["Your workspace is empty."], "tool_result") == (replies, second[-1]["content"][0]["type"])
 
 
 def test_a_tool_call_running_when_its_runner_stops_is_not_run_again():
-    home = make_home()
-    fake = FakeModelsProcess(home.root / "fake").start()
-    home = make_home(config(fake.openai_url), root=home.root)
-    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-    create_pack(home.paths, "default")
-    settings = home.paths.agents_dir / "default" / "config.toml"
-    settings.write_text(settings.read_text().replace('mode = "ask"', 'mode = "auto"'))
-    fake.add({"tool_call": {"name": "shell", "arguments": {"command": "echo ran >> count.txt; sleep 4"}}},
-             {"text": "finished"})
-    count = home.paths.workspace_dir / "private" / "default" / "count.txt"
-    writer = start_writer(home)
-    first = Proc(home, "runner", "--name", "runner-a")
-    second = None
-    try:
+    with own_home() as home:
+        settings = home.paths.agents_dir / "default" / "config.toml"
+        settings.write_text(settings.read_text().replace('mode = "ask"', 'mode = "auto"'))
+        home.fake.add({"tool_call": {"name": "shell", "arguments": {"command": "echo ran >> count.txt; sleep 4"}}},
+                      {"text": "finished"})
+        count = home.paths.workspace_dir / "private" / "default" / "count.txt"
+        started(home, start_writer(home))
+        first = started(home, Proc(home, "runner", "--name", "runner-a"))
+
         async def send():
             async with home.client("gateway") as c:
                 return await c.call(m.Inbound(agent="default", instance=GATEWAY, chat="rerun", sender="u1",
@@ -365,21 +330,9 @@ def test_a_tool_call_running_when_its_runner_stops_is_not_run_again():
         accepted = asyncio.run(send())
         wait_until(count.exists, timeout=15, what="the command to start")
         first.stop()  # SIGTERM: the claim is handed back mid-command
-        second = Proc(home, "runner", "--name", "runner-b")
+        started(home, Proc(home, "runner", "--name", "runner-b"))
         wait_until(lambda: turn_store.get(reader(home), accepted.turn_id).state == "done", timeout=30,
                    what="the second runner to finish the turn")
-        told = [msg["content"] for msg in fake.requests("openai")[-1]["body"]["messages"] if msg["role"] == "tool"]
-        assert (["ran"], [conversation_interrupted()]) == (count.read_text().split(), told)
-    finally:
-        if second is not None:
-            second.stop()
-        first.stop()
-        writer.stop()
-        fake.stop()
-        remove_home(home)
-
-
-def conversation_interrupted() -> str:
-    from services.runner.conversation import INTERRUPTED
-
-    return INTERRUPTED
+        told = [msg["content"] for msg in home.fake.requests("openai")[-1]["body"]["messages"] if msg["role"] == "tool"]
+        ran = count.read_text().split()
+    assert (["ran"], [INTERRUPTED]) == (ran, told)
