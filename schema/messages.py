@@ -108,6 +108,9 @@ class EnqueueOutbox(Msg):
     chat: str
     replies: list[Reply]
     session_id: Int = 0
+    # sent by a tool during a turn: only the holder of that turn's lease may (0 / "": no turn)
+    turn_id: Int = 0
+    worker: str = ""
 
 
 class ClaimOutbox(Msg):

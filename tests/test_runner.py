@@ -336,3 +336,20 @@ def test_a_tool_call_running_when_its_runner_stops_is_not_run_again():
         told = [msg["content"] for msg in home.fake.requests("openai")[-1]["body"]["messages"] if msg["role"] == "tool"]
         ran = count.read_text().split()
     assert (["ran"], [INTERRUPTED]) == (ran, told)
+
+
+def test_chat_shows_the_answer_of_the_turn_an_approve_resumes(stack):
+    stack.fake.add({"tool_call": {"name": "shell", "arguments": {"command": "touch from-chat.txt"}}},
+                   {"text": "Created from the terminal."})
+
+    def chat(text: str) -> str:
+        result = subprocess.run([sys.executable, "-m", "common.cli", "--home", str(stack.root), "chat", "--chat",
+                                 "term-approve", "-m", text, "--timeout", "20"], cwd=REPO, capture_output=True,
+                                text=True, timeout=60)
+        assert 0 == result.returncode, result.stderr
+        return result.stdout
+
+    notice = chat("create from-chat.txt")
+    approval_id = re.search(r"/approve ([A-Z0-9]{8})", notice).group(1)
+    answer = chat(f"/approve {approval_id}")
+    assert (True, True) == (f"Approved {approval_id}." in answer, "Created from the terminal." in answer)

@@ -310,3 +310,25 @@ def test_an_expired_approval_puts_its_turn_back_to_work(home):
     finally:
         writer.stop()
     assert ("waiting", "expired", first, "conflict") == (parked, state, again, code)
+
+
+def test_a_send_during_a_turn_needs_the_turns_lease(home):
+    writer = start_writer(home)
+
+    async def go():
+        async with home.client() as c:
+            await c.call(inbound("send-chat"))
+            claim = await c.call(m.ClaimTurn(worker="holder"))
+            reply = [m.Reply(text="from a tool")]
+            with pytest.raises(WriteRejected) as err:
+                await c.call(m.EnqueueOutbox(instance="test", chat="send-chat", replies=reply,
+                                             turn_id=claim.turn_id, worker="former-holder"))
+            queued = await c.call(m.EnqueueOutbox(instance="test", chat="send-chat", replies=reply,
+                                                  turn_id=claim.turn_id, worker="holder"))
+            return err.value.code, queued
+
+    try:
+        code, queued = run(go())
+    finally:
+        writer.stop()
+    assert ("lease_lost", 1) == (code, len(queued.ids))

@@ -14,7 +14,7 @@ from common.cli import output
 from common.cli.context import Context
 from common.errors import StarlingError
 from common.secrets import session_secret
-from common.stores import turn_store
+from common.stores import approval_store, turn_store
 from schema import messages as m
 
 INSTANCE = "cli"
@@ -80,11 +80,16 @@ class Chat:
             agent=self.agent, instance=INSTANCE, chat=self.chat, sender=self.sender, sender_name=self.sender,
             text=text, dedupe_keys=[f"cli:{uuid.uuid4().hex}"]))
         deadline = time.monotonic() + self.timeout
-        printed = 0
+        watched = [accepted.turn_id]
         while time.monotonic() < deadline:
-            printed += await self.deliver()
-            if self.turn_over(accepted.turn_id) and await self.deliver() == 0:
-                return 0
+            await self.deliver()
+            if all(self.turn_over(t) for t in watched):
+                resumed = self.resumed_turn(text, watched)
+                if resumed is not None:  # /approve ID: the agent's parked turn goes on; show its answer too
+                    watched.append(resumed)
+                    continue
+                if await self.deliver() == 0:
+                    return 0
             await self.events.drain(0.5)
         print(output.paint(f"No answer within {self.timeout:.0f}s. Are runners running? See `starling status`"
                            " and `starling logs runner`.", "yellow"), file=sys.stderr)
@@ -99,6 +104,17 @@ class Chat:
             print(output.paint(f"{self.agent}> ", "green") + body, flush=True)
             await self.client.call(m.OutboxSent(id=item.id, worker=self.worker))
         return len(claim.items)
+
+    def resumed_turn(self, text: str, watched: list[int]) -> int | None:
+        """The parked turn an /approve or /deny just decided, when it is not watched yet."""
+        words = text.split()
+        if len(words) < 2 or words[0] not in ("/approve", "/deny"):
+            return None
+        with db.read_tx(self.reader):
+            approval = approval_store.get(self.reader, words[1].upper())
+        if approval is None or approval.state == "pending" or not approval.turn_id or approval.turn_id in watched:
+            return None
+        return approval.turn_id
 
     def turn_over(self, turn_id: int) -> bool:
         with db.read_tx(self.reader):

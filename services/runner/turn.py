@@ -92,11 +92,13 @@ class TurnWork:
         tools = registry.specs_for(persona.settings.tools) + ([SKILL_TOOL] if persona.skills else [])
         ctx = ToolContext(paths=self.runner.paths, cfg=self.runner.cfg, agent=claim.agent,
                           session_id=claim.session_id, turn_id=claim.turn_id, instance=claim.instance,
-                          chat=claim.chat, call=self.call, reader=lambda: self.runner.reader, log=self.log)
+                          chat=claim.chat, call=self.call, reader=lambda: self.runner.reader, log=self.log,
+                          worker=self.worker)
         pending = conversation.pending_calls(messages)
         if pending:  # resumed: after an approval was decided, or after a runner died mid-call
             await self._run_calls(ctx, persona, pending, messages, approval)
-        for _step in range(persona.settings.max_steps):
+        done_steps = _steps_taken(messages)  # a resumed turn keeps its count
+        for _step in range(max(0, persona.settings.max_steps - done_steps)):
             reply = await provider.complete(system, messages, tools)
             await self._record_usage(provider, reply)
             if not reply.tool_calls:
@@ -231,6 +233,16 @@ class TurnWork:
         await self.call(m.SetSummary(session_id=self.claim.session_id, summary=new_summary, upto_turn_id=upto))
         self.log.info("compacted", messages_summarised=cut, kept=len(messages) - cut)
         return persona.system_prompt(new_summary, channel=self.claim.instance), messages[cut:]
+
+
+def _steps_taken(messages: list[Message]) -> int:
+    """Model calls already made in the current turn: assistant messages after its user message."""
+    steps = 0
+    for message in reversed(messages):
+        if message.role == "user":
+            break
+        steps += message.role == "assistant"
+    return steps
 
 
 def _approval_call_id(approval: approval_store.Approval) -> str:

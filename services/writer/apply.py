@@ -62,6 +62,8 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": session_id, "turn_id": op.turn_id}))
             return m.Done()
         case m.EnqueueOutbox():
+            if op.turn_id and turn_store.held_by(conn, op.turn_id, op.worker) is None:
+                raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
             if op.session_id:
                 _need_session(conn, op.session_id)
             ids = _enqueue(conn, op.session_id or None, None, op.instance, op.chat, op.replies, now, events)

@@ -30,6 +30,7 @@ class ToolContext:
     reader: Callable[[], Any]  # returns a read-only apsw connection (use common.db.read_tx around reads)
     log: Any  # structlog logger bound with session_id and turn_id
     approved: bool = False  # the person approved this very call (/approve): run it despite its class
+    worker: str = ""  # the runner holding this turn's lease (writes that need the lease carry it)
 
 
 @dataclass

@@ -27,7 +27,8 @@ MAX_FILE_BYTES = 50 * 1024 * 1024  # the smallest platform limit (Telegram bots)
 
 async def _enqueue(ctx: ToolContext, reply: m.Reply) -> list[int]:
     result = await ctx.call(m.EnqueueOutbox(instance=ctx.instance, chat=ctx.chat, replies=[reply],
-                                            session_id=ctx.session_id))
+                                            session_id=ctx.session_id, turn_id=ctx.turn_id if ctx.worker else 0,
+                                            worker=ctx.worker))
     return list(result.ids) if isinstance(result, m.Queued) else []
 
 
