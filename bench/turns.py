@@ -815,7 +815,7 @@ def report(args, stack: Stack, res: dict) -> int:
         print(f"  runner slots in use (turn_claimed..turn_done, of turns_per_process"
               f" {stack.home.cfg.runner.turns_per_process}): "
               + ", ".join(f"{k} mean {mean:.1f} max {peak}" for k, (mean, peak) in sorted(phase["slots"].items())))
-        print(f"  per runner (turns in the window): "
+        print("  per runner (turns in the window): "
               + ", ".join(f"{k} {v:,}" for k, v in sorted(phase["per_runner"].items())))
         cpu = phase["run"]["cpu"]
         if cpu:

@@ -9,7 +9,6 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from common import bus

@@ -8,7 +8,7 @@ from common import db
 from common.stores import schema_store
 from common.supervisor import Supervisor
 from tests.procs import make_home, remove_home
-from tests.test_operate import free_port, starling
+from tests.test_operate import starling
 
 
 def test_an_invalid_config_fails_up_before_any_process_starts(home):

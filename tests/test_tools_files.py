@@ -8,37 +8,15 @@ import stat
 from pathlib import Path
 
 import pytest
-import structlog
 
-from common import log
-from common.personas import create_pack
-from schema import messages as m
 from services.runner.tools import confine, output, registry
 from services.runner.tools.base import ToolContext, ToolResult
-
-
-class FakeWriter:
-    def __init__(self) -> None:
-        self.ops: list = []
-
-    async def call(self, op):
-        self.ops.append(op)
-        return m.Queued(ids=[1]) if isinstance(op, m.EnqueueOutbox) else m.Stored(id=len(self.ops))
-
-
-@pytest.fixture(autouse=True)
-def no_secrets_from_other_tests(monkeypatch):
-    """Redaction is process-wide: start each test with none of the values other tests registered."""
-    monkeypatch.setattr(log, "_secrets", set())
-    monkeypatch.setattr(log, "_pattern", None)
+from tests.tool_helpers import FakeWriter, make_ctx, no_secrets_from_other_tests  # noqa: F401 - a fixture
 
 
 @pytest.fixture
 def ctx(home) -> ToolContext:
-    create_pack(home.paths, "alice")
-    create_pack(home.paths, "bob")
-    return ToolContext(paths=home.paths, cfg=home.cfg, agent="alice", session_id=5, turn_id=11, instance="tg",
-                       chat="c1", call=FakeWriter().call, reader=lambda: None, log=structlog.get_logger())
+    return make_ctx(home)
 
 
 def run(ctx: ToolContext, name: str, **args) -> ToolResult:

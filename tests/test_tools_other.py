@@ -10,45 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-import structlog
 
-from common import db, log
+from common import db
 from common.log import register_secret
-from common.personas import create_pack
 from schema import messages as m
 from services.runner.llm import ToolSpec
 from services.runner.tools import memory, output, registry
 from services.runner.tools.base import Tool, ToolContext, ToolResult
-
-
-class FakeWriter:
-    """Records every write; answers like the writer would."""
-
-    def __init__(self) -> None:
-        self.ops: list = []
-
-    async def call(self, op):
-        self.ops.append(op)
-        if isinstance(op, m.EnqueueOutbox):
-            return m.Queued(ids=[len(self.ops)])
-        if isinstance(op, (m.CronRemove, m.JobEnded)):
-            return m.Done()
-        return m.Stored(id=len(self.ops))
-
-
-def make_ctx(home, agent: str = "alice", call=None, reader=None, session_id: int = 5) -> ToolContext:
-    if not (home.paths.agents_dir / agent).exists():
-        create_pack(home.paths, agent)
-    return ToolContext(paths=home.paths, cfg=home.cfg, agent=agent, session_id=session_id, turn_id=11,
-                       instance="tg", chat="c1", call=call or FakeWriter().call, reader=reader or (lambda: None),
-                       log=structlog.get_logger())
-
-
-@pytest.fixture(autouse=True)
-def no_secrets_from_other_tests(monkeypatch):
-    """Redaction is process-wide: start each test with none of the values other tests registered."""
-    monkeypatch.setattr(log, "_secrets", set())
-    monkeypatch.setattr(log, "_pattern", None)
+from tests.tool_helpers import FakeWriter, make_ctx, no_secrets_from_other_tests  # noqa: F401 - a fixture
 
 
 @pytest.fixture

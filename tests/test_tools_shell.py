@@ -8,30 +8,18 @@ import time
 from pathlib import Path
 
 import pytest
-import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common import log
-from common.personas import create_pack
 from services.runner.tools import registry
 from services.runner.tools.base import ToolContext, ToolResult
 from services.runner.tools.shell import classify
-
-
-@pytest.fixture(autouse=True)
-def no_secrets_from_other_tests(monkeypatch):
-    """Redaction is process-wide: start each test with none of the values other tests registered."""
-    monkeypatch.setattr(log, "_secrets", set())
-    monkeypatch.setattr(log, "_pattern", None)
+from tests.tool_helpers import make_ctx, no_secrets_from_other_tests  # noqa: F401 - a fixture
 
 
 @pytest.fixture
 def ctx(home) -> ToolContext:
-    create_pack(home.paths, "alice")
-    create_pack(home.paths, "bob")
-    return ToolContext(paths=home.paths, cfg=home.cfg, agent="alice", session_id=5, turn_id=11, instance="tg",
-                       chat="c1", call=None, reader=lambda: None, log=structlog.get_logger())
+    return make_ctx(home)
 
 
 def run(ctx: ToolContext, command: str, **args) -> ToolResult:
