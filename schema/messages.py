@@ -282,6 +282,24 @@ class JobEnded(Msg):
     exit_code: Int = 0
 
 
+class RequestPairing(Msg):
+    """A stranger wrote to a gateway instance: give them a pairing code (or the one they already have).
+
+    Nothing they send reaches an agent until `starling pairing approve CODE`."""
+
+    instance: str
+    sender: str
+    chat: str
+    sender_name: str = ""
+
+
+class ApprovePairing(Msg):
+    """An operator approves a pairing code: its sender may talk to the instance's agent from now on."""
+
+    code: str
+    approved_by: str
+
+
 WriteOp = (
     Inbound
     | ClaimTurn
@@ -309,6 +327,8 @@ WriteOp = (
     | CronRemove
     | JobStarted
     | JobEnded
+    | RequestPairing
+    | ApprovePairing
 )
 
 
@@ -392,6 +412,15 @@ class BackedUp(Msg):
     seconds: float
 
 
+class Pairing(Msg):
+    """The answer to a pairing request. status: new | existing (the sender's unexpired code) | allowed
+    (already paired: no code) | full (too many codes pending on this instance: try later)."""
+
+    status: str
+    code: str = ""
+    expires_at: float = 0.0
+
+
 class Queued(Msg):
     """An enqueue stored these outbox rows."""
 
@@ -409,6 +438,7 @@ Result = (
     | Checkpointed
     | BackedUp
     | Queued
+    | Pairing
 )
 
 

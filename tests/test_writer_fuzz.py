@@ -43,6 +43,8 @@ wrong_ops = st.one_of(
     st.builds(m.SetSummary, session_id=st.integers(-5, 10**6), summary=st.text(max_size=20),
               upto_turn_id=st.integers(-(2**63), 2**64 - 1)),
     st.builds(m.CloseSession, session_id=st.integers(-(2**63), 2**64 - 1)),
+    st.builds(m.RequestPairing, instance=st.text(max_size=5), sender=st.text(max_size=5), chat=st.text(max_size=5)),
+    st.builds(m.ApprovePairing, code=st.text(max_size=10), approved_by=st.text(max_size=5)),
     st.builds(m.RecordUsage, session_id=st.integers(-5, 10**6), turn_id=st.integers(-5, 10**6), agent=st.text(max_size=5),
               provider=st.text(max_size=5), model=st.text(max_size=5), input_tokens=st.integers(-(2**63), 2**64 - 1),
               cost_usd=st.floats(allow_nan=True, allow_infinity=True)),

@@ -23,6 +23,7 @@ VERB_MODULES = (
     "common.cli.agent_cmd",
     "common.cli.chat_cmd",
     "common.cli.approvals_cmd",
+    "common.cli.pairing_cmd",
 )
 
 

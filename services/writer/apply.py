@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import secrets
+
 import msgspec
 
 from common.stores import (
-    approval_store, audit_store, beat_store, cron_store, job_store, keys_store, outbox_store, session_store,
-    turn_store,
+    access_store, approval_store, audit_store, beat_store, cron_store, job_store, keys_store, outbox_store,
+    session_store, turn_store,
 )
 from schema import messages as m
 
@@ -135,6 +137,19 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             if op.state not in ("done", "failed", "killed"):
                 raise Rejected("invalid", f"state must be done, failed or killed, not {op.state!r}")
             job_store.end(conn, op.job_id, op.state, op.exit_code, now)
+            return m.Done()
+        case m.RequestPairing():
+            return _pairing(conn, op, now)
+        case m.ApprovePairing():
+            code = access_store.get_code(conn, op.code.strip().upper())
+            if code is None:
+                raise Rejected("not_found", f"no pairing code {op.code!r}")
+            if code.approved_at is not None:
+                raise Rejected("conflict", f"pairing code {code.code} was already approved")
+            if code.expires_at <= now:
+                raise Rejected("conflict", f"pairing code {code.code} expired; the sender can ask for a new one")
+            access_store.approve_code(conn, code.code, now)
+            access_store.allow(conn, code.instance, code.sender, op.approved_by, now)
             return m.Done()
     raise Rejected("invalid", f"{type(op).__name__} is not a write the writer applies in a batch")
 
@@ -265,3 +280,22 @@ def expire_approvals(conn, now: float, events: list[Pending]) -> int:
         if approval is not None and approval_store.decide(conn, approval_id, "expired", "timeout", now):
             _resume(conn, approval, events)
     return len(approval_ids)
+
+
+PAIRING_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read out and typed by people
+PAIRING_TTL_S = 3600.0
+PAIRING_MAX_PENDING = 3  # per instance: strangers cannot flood the operator's list
+
+
+def _pairing(conn, op: m.RequestPairing, now: float) -> m.Pairing:
+    if access_store.is_allowed(conn, op.instance, op.sender):
+        return m.Pairing(status="allowed")
+    existing = access_store.code_for_sender(conn, op.instance, op.sender, now)
+    if existing is not None:  # asking again gives the same code: no new codes by repeating
+        return m.Pairing(status="existing", code=existing.code, expires_at=existing.expires_at)
+    if access_store.count_pending(conn, op.instance, now) >= PAIRING_MAX_PENDING:
+        return m.Pairing(status="full")
+    code = "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(8))
+    created = access_store.create_code(conn, code, op.instance, op.sender, op.chat, op.sender_name, now,
+                                       PAIRING_TTL_S)
+    return m.Pairing(status="new", code=created.code, expires_at=created.expires_at)
