@@ -46,18 +46,16 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from collections import deque
 from itertools import count
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from tests.fake_server import FakeServerProcess, listen, serve_until_stopped
 
 Step = dict[str, Any]
 
@@ -74,7 +72,6 @@ _ANTHROPIC_ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
     413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error",
 }
-REPO = Path(__file__).resolve().parent.parent
 
 
 def fingerprint(value: str) -> str:
@@ -255,11 +252,7 @@ class FakeModels:
             web.delete("/_script", self._clear_script),
             web.get("/_health", self._health),
         ])
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # the port the OS chose for port=0
+        self._runner, self.port = await listen(app, self.host, self.port)
         return self
 
     async def stop(self) -> None:
@@ -436,21 +429,6 @@ def _anthropic_reply(
 # --- as a process of its own ------------------------------------------------------------------------------
 
 
-async def _serve(port_file: Path, script: list[Step], host: str, port: int, lifetime: float) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with FakeModels(script, host=host, port=port) as fake:
-        tmp = port_file.with_name(port_file.name + ".tmp")
-        tmp.write_text(f"{fake.port}\n")
-        os.replace(tmp, port_file)  # readers never see a half-written port
-        try:
-            await asyncio.wait_for(stop.wait(), lifetime)
-        except TimeoutError:
-            print(f"fake_models: lifetime of {lifetime:g} s over, stopping", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.fake_models", description=__doc__.splitlines()[0])
     p.add_argument("--port-file", type=Path, required=True, help="where to write the port once listening")
@@ -467,23 +445,19 @@ def main(argv: list[str] | None = None) -> int:
             check_step(step)
     except ValueError as e:
         p.error(f"--script: {e}")
-    asyncio.run(_serve(args.port_file, script, args.host, args.port, args.lifetime))
+    asyncio.run(serve_until_stopped(FakeModels(script, host=args.host, port=args.port), args.port_file,
+                                    args.lifetime, "fake_models"))
     return 0
 
 
-class FakeModelsProcess:
+class FakeModelsProcess(FakeServerProcess):
     """`python -m tests.fake_models` as a child process, for synchronous end-to-end tests; every wait bounded."""
 
-    def __init__(self, workdir: Path, script: list[Step] = (), *, lifetime: float = 600.0) -> None:
-        self.workdir = Path(workdir)
-        self.script = list(script)
-        self.lifetime = lifetime
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
+    name = "fake_models"
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, workdir: Path, script: list[Step] = (), *, lifetime: float = 600.0) -> None:
+        super().__init__(workdir, lifetime=lifetime)
+        self.script = list(script)
 
     @property
     def openai_url(self) -> str:
@@ -493,50 +467,15 @@ class FakeModelsProcess:
     def anthropic_url(self) -> str:
         return self.url
 
-    def start(self, timeout: float = 10.0) -> FakeModelsProcess:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        port_file = self.workdir / "fake_models.port"
-        port_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "tests.fake_models", "--port-file", str(port_file)]
-        cmd += ["--lifetime", str(self.lifetime)]
-        if self.script:
-            script_file = self.workdir / "fake_models.script.json"
-            script_file.write_text(json.dumps(self.script))
-            cmd += ["--script", str(script_file)]
-        self.log_file = self.workdir / "fake_models.log"
-        with self.log_file.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if port_file.exists():
-                self.port = int(port_file.read_text())
-                return self
-            if self.proc.poll() is not None:
-                err = self.log_file.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"fake_models exited with {self.proc.returncode}: {err}")
-            time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"fake_models did not listen within {timeout} s")
-
-    def stop(self, timeout: float = 5.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout)
-
-    def _call(self, method: str, path: str, data: Any = None) -> Any:
-        body = json.dumps(data).encode() if data is not None else None
-        headers = {"content-type": "application/json"}
-        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return json.loads(resp.read())
+    def extra_args(self) -> list[str]:
+        if not self.script:
+            return []
+        script_file = self.workdir / "fake_models.script.json"
+        script_file.write_text(json.dumps(self.script))
+        return ["--script", str(script_file)]
 
     def requests(self, api: str | None = None) -> list[dict[str, Any]]:
-        return self._call("GET", "/_requests" + (f"?api={api}" if api else ""))
+        return self._call("GET", "/_requests", query={"api": api})
 
     def add(self, *steps: Step) -> None:
         self._call("POST", "/_script", list(steps))
@@ -544,12 +483,6 @@ class FakeModelsProcess:
     def clear(self) -> None:
         self._call("DELETE", "/_requests")
         self._call("DELETE", "/_script")
-
-    def __enter__(self) -> FakeModelsProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":

@@ -89,21 +89,17 @@ import base64
 import hashlib
 import json
 import math
-import os
 import re
-import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from tests.fake_server import FakeServerProcess, listen, serve_until_stopped
 
 DEFAULT_TOKEN = "123456789:AAFakeTelegramTokenForTests_0123456789"
 MAX_RECORDED = 5000
@@ -117,7 +113,6 @@ MAX_TEXT = 4096
 MAX_CAPTION = 1024
 MAX_DOWNLOAD = 20 * 1024 * 1024
 WEBHOOK_TIMEOUT = 10.0
-REPO = Path(__file__).resolve().parent.parent
 
 CONFLICT_POLL = "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
 CONFLICT_WEBHOOK = (
@@ -383,11 +378,7 @@ class FakeTelegram:
             web.get("/_control/webhook", self._c_webhook),
             web.post("/_control/reset", self._c_reset),
         ])
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # the port the OS chose for port=0
+        self._runner, self.port = await listen(app, self.host, self.port)
         return self
 
     async def stop(self) -> None:
@@ -1250,21 +1241,6 @@ def _dumps(obj: Any) -> str:
 # --- as a process of its own ----------------------------------------------------------------------------------
 
 
-async def _serve(port_file: Path, tokens: list[str], host: str, port: int, lifetime: float) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with FakeTelegram(tokens, host=host, port=port) as tg:
-        tmp = port_file.with_name(port_file.name + ".tmp")
-        tmp.write_text(f"{tg.port}\n")
-        os.replace(tmp, port_file)  # readers never see a half-written port
-        try:
-            await asyncio.wait_for(stop.wait(), lifetime)
-        except TimeoutError:
-            print(f"fake_telegram: lifetime of {lifetime:g} s over, stopping", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.fake_telegram", description=__doc__.splitlines()[0])
     p.add_argument("--port-file", type=Path, required=True, help="where to write the port once listening")
@@ -1277,26 +1253,23 @@ def main(argv: list[str] | None = None) -> int:
         FakeTelegram(args.token or [DEFAULT_TOKEN])
     except ValueError as e:
         p.error(str(e))
-    asyncio.run(_serve(args.port_file, args.token or [DEFAULT_TOKEN], args.host, args.port, args.lifetime))
+    tokens = args.token or [DEFAULT_TOKEN]
+    asyncio.run(serve_until_stopped(FakeTelegram(tokens, host=args.host, port=args.port), args.port_file,
+                                    args.lifetime, "fake_telegram"))
     return 0
 
 
-class FakeTelegramProcess:
+class FakeTelegramProcess(FakeServerProcess):
     """`python -m tests.fake_telegram` as a child process, for synchronous end-to-end tests; every wait bounded.
 
     The helpers mirror FakeTelegram's and go through the control endpoints; file content is bytes."""
 
+    name = "fake_telegram"
+
     def __init__(self, workdir: Path, tokens: list[str] | tuple[str, ...] = (DEFAULT_TOKEN,), *,
                  lifetime: float = 600.0) -> None:
-        self.workdir = Path(workdir)
+        super().__init__(workdir, lifetime=lifetime)
         self.tokens = list(tokens)
-        self.lifetime = lifetime
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def token(self) -> str:
@@ -1305,55 +1278,8 @@ class FakeTelegramProcess:
     def bot_url(self, token: str | None = None) -> str:
         return f"{self.url}/bot{token or self.token}"
 
-    def start(self, timeout: float = 10.0) -> FakeTelegramProcess:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        port_file = self.workdir / "fake_telegram.port"
-        port_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "tests.fake_telegram", "--port-file", str(port_file)]
-        cmd += ["--lifetime", str(self.lifetime)]
-        for t in self.tokens:
-            cmd += ["--token", t]
-        self.log_file = self.workdir / "fake_telegram.log"
-        with self.log_file.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if port_file.exists():
-                self.port = int(port_file.read_text())
-                return self
-            if self.proc.poll() is not None:
-                err = self.log_file.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"fake_telegram exited with {self.proc.returncode}: {err}")
-            time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"fake_telegram did not listen within {timeout} s")
-
-    def stop(self, timeout: float = 5.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout)
-
-    def __enter__(self) -> FakeTelegramProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _call(self, method: str, path: str, data: Any = None, query: dict[str, Any] | None = None) -> Any:
-        q = {k: v for k, v in (query or {}).items() if v is not None}
-        url = self.url + path + ("?" + urllib.parse.urlencode(q) if q else "")
-        body = json.dumps(data).encode() if data is not None else None
-        req = urllib.request.Request(url, data=body, method=method, headers={"content-type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            raise ValueError(e.read().decode(errors="replace")) from None
+    def extra_args(self) -> list[str]:
+        return [arg for t in self.tokens for arg in ("--token", t)]
 
     def _inject(self, kind: str, content: bytes | None = None, **kw: Any) -> Any:
         if content is not None:

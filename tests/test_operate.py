@@ -9,15 +9,16 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-import tempfile
 from pathlib import Path
 
 import pytest
 import zmq
 
+from common.pids import alive
 from common.supervisor import Supervisor
 from tests.procs import REPO, make_home, remove_home, wait_until
 
@@ -198,14 +199,5 @@ def test_down_stops_everything_and_leaves_no_process(running):
     pids = [p.pid for p in Supervisor(running.paths).processes() if p.pid]
     daemon = Supervisor(running.paths).supervisord_pid()
     result = starling(running, "down")
-    alive = [pid for pid in [daemon, *pids] if _alive(pid)]
-    assert (0, []) == (result.returncode, alive), result.stdout + result.stderr
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    left = [pid for pid in [daemon, *pids] if alive(pid)]
+    assert (0, []) == (result.returncode, left), result.stdout + result.stderr

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.pids import alive
 from services.runner.tools import registry
 from services.runner.tools.base import ToolContext, ToolResult
 from services.runner.tools.shell import classify
@@ -306,9 +307,9 @@ def test_timeout_kills_the_process_group(ctx):
     assert "timed out" in result.content
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 3
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_background_stragglers_are_killed_when_the_command_returns(ctx):
@@ -319,22 +320,9 @@ def test_background_stragglers_are_killed_when_the_command_returns(ctx):
     assert time.monotonic() - started < 3
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 3
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
+    assert not alive(pid)
 
 
 def test_env_has_no_secrets(ctx, monkeypatch):

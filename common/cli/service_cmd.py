@@ -6,11 +6,12 @@ import os
 import signal
 import time
 
-from common import db
+from common import db, pids
 from common.cli import output
 from common.cli.context import Context
 from common.errors import StarlingError
 from common.home import ensure_layout
+from common.pids import alive
 from common.stores import beat_store, schema_store
 from common.supervisor import Supervisor, expected_services, pid_file
 
@@ -128,9 +129,9 @@ def cmd_down(args) -> int:
     children = [p.pid for p in sup.processes() if p.pid]
     sup.shutdown()
     deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline and any(_alive(pid) for pid in [daemon_pid, *children] if pid):
+    while time.monotonic() < deadline and any(alive(pid) for pid in [daemon_pid, *children] if pid):
         time.sleep(0.05)
-    left = [pid for pid in [daemon_pid, *children] if pid and _alive(pid)]
+    left = [pid for pid in [daemon_pid, *children] if pid and alive(pid)]
     if left:
         for pid in left:
             try:
@@ -154,19 +155,19 @@ def _unanswering_supervisord(ctx: Context) -> int | None:
             cmdline = f.read()
     except OSError:
         return None
-    return pid if b"supervisord" in cmdline and _alive(pid) else None
+    return pid if b"supervisord" in cmdline and alive(pid) else None
 
 
 def _stop_unanswering(pid: int, timeout: float) -> int:
     """SIGTERM (after SIGCONT, in case it was stopped): supervisord stops its children; SIGKILL at the end."""
     output.warn(f"supervisord (pid {pid}) does not answer; stopping it with signals")
-    children = _children(pid)
+    children = pids.children(pid)
     for signum in (signal.SIGCONT, signal.SIGTERM):
         os.kill(pid, signum)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_alive(p) for p in [pid, *children]):
+    while time.monotonic() < deadline and any(alive(p) for p in [pid, *children]):
         time.sleep(0.1)
-    left = [p for p in [pid, *children] if _alive(p)]
+    left = [p for p in [pid, *children] if alive(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
     if left:
@@ -174,34 +175,6 @@ def _stop_unanswering(pid: int, timeout: float) -> int:
         return 1
     print("Starling stopped; no process left.")
     return 0
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (exited, not yet reaped by its parent) counts as gone
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def cmd_status(args) -> int:
