@@ -94,6 +94,8 @@ class _Gateway(_Section, kw_only=True):
     agent: Ident = "default"
     allow: list[str | int] = []  # normalised to list[str]: TOML users write Telegram ids as ints
     listen: str  # each platform sets its own default port
+    groups: Literal["mention", "all"] = "mention"  # in an allowed group: answer only when addressed, or always
+    max_attachment_mb: Annotated[float, Meta(gt=0, le=2000)] = 20.0  # larger inbound files are not fetched
 
     def __post_init__(self) -> None:
         msgspec.structs.force_setattr(self, "allow", [str(x) for x in self.allow])
@@ -456,7 +458,9 @@ context_window = 128000        # tokens
 # token = "telegram-main"      # a secret's name: the bot token
 # mode = "polling"             # polling | webhook
 # api_base = "https://api.telegram.org"
-# allow = []                   # sender ids; empty: unknown senders get a pairing code, nothing else
+# allow = []                   # sender ids and group chat ids; empty: unknown senders get a pairing code
+# groups = "mention"           # in an allowed group: answer when mentioned or replied to | "all"
+# max_attachment_mb = 20       # larger inbound files are not downloaded (the agent is told)
 # listen = "127.0.0.1:7830"    # webhook mode: where the webhook server binds (behind your TLS proxy)
 # public_url = ""              # webhook mode (required): the https URL Telegram posts to
 # secret_token = "telegram-main-webhook"   # webhook mode: a secret's name

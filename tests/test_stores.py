@@ -451,8 +451,17 @@ def test_claim_returns_what_a_gateway_needs(conn):
     sid = new_session(conn)
     tid = user_turn(conn, sid)
     oid = outbox_store.enqueue(conn, sid, tid, "tg", "c1", "answer", "", "m1", T0)
-    expected = outbox_store.Item(oid, "tg", "c1", "text", "answer", "", "m1", 1, sid)
+    expected = outbox_store.Item(oid, "tg", "c1", "text", "answer", "", "m1", 1, sid, 0)
     assert [expected] == outbox_store.claim(conn, ["tg"], "g1", 10, LEASE, T0)
+
+
+def test_progress_is_kept_for_the_next_holder(conn):
+    oid = enqueue(conn)
+    outbox_store.claim(conn, ["tg"], "g1", 10, LEASE, T0)
+    assert not outbox_store.progress(conn, oid, "g2", 2, "m7")  # only the holder records progress
+    assert outbox_store.progress(conn, oid, "g1", 2, "m7")
+    taken = outbox_store.claim(conn, ["tg"], "g2", 10, LEASE, T0 + LEASE + 1)  # g1's lease ran out
+    assert [(oid, 2, 2)] == [(i.id, i.parts_sent, i.attempt) for i in taken]
 
 
 def test_claim_reports_session_zero_for_a_message_without_session(conn):

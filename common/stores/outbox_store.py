@@ -30,8 +30,11 @@ TAKE = (
     " WHERE id = ?"
 )
 ITEM = (
-    "SELECT id, instance, chat, kind, body, file_path, reply_to, attempts, coalesce(session_id, 0)"
+    "SELECT id, instance, chat, kind, body, file_path, reply_to, attempts, coalesce(session_id, 0), parts_sent"
     " FROM outbox WHERE id = ?"
+)
+PROGRESS = (
+    "UPDATE outbox SET parts_sent = ?, platform_msg_id = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 )
 RENEW = "UPDATE outbox SET lease_until = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 SENT = (
@@ -77,6 +80,7 @@ class Item(NamedTuple):
     reply_to: str
     attempt: int
     session_id: int
+    parts_sent: int
 
 
 class Row(NamedTuple):
@@ -134,6 +138,11 @@ def renew(conn: apsw.Connection, outbox_id: int, worker: str, lease_s: float, no
     until = now + lease_s
     conn.execute(RENEW, (until, outbox_id, worker))
     return until if conn.changes() else None
+
+
+def progress(conn: apsw.Connection, outbox_id: int, worker: str, parts_sent: int, platform_msg_id: str) -> bool:
+    conn.execute(PROGRESS, (parts_sent, platform_msg_id, outbox_id, worker))
+    return conn.changes() > 0
 
 
 def mark_sent(conn: apsw.Connection, outbox_id: int, worker: str, platform_msg_id: str, now: float) -> bool:

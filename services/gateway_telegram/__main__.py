@@ -1,7 +1,8 @@
-"""`python -m services.gateway_telegram`: the Telegram gateway (a placeholder until the Telegram issue lands)."""
+"""`python -m services.gateway_telegram [--instance ID ...]`: the Telegram gateway."""
 
 import sys
 
-from common.runtime import run_gateway_placeholder
+from common.gateway.base import main
+from services.gateway_telegram.channel import TelegramChannel
 
-sys.exit(run_gateway_placeholder("telegram"))
+sys.exit(main("telegram", TelegramChannel))

@@ -1,0 +1,63 @@
+"""Inbound files: saved under data/attachments/<agent>/<date>/, private, never larger than the cap."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+from common.errors import StarlingError
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class TooLarge(StarlingError):
+    def __init__(self, size: int, cap: int) -> None:
+        super().__init__(f"the file is {_mb(size)}, over the {_mb(cap)} limit")
+        self.size = size
+        self.cap = cap
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1_048_576:.1f} MB"
+
+
+def safe_name(name: str, fallback: str = "file") -> str:
+    """A file name that cannot climb out of its folder or hide: no separators, no leading dot."""
+    cleaned = _UNSAFE.sub("_", os.path.basename(name or "")).strip("._")[:100]
+    return cleaned or fallback
+
+
+def target(attachments_dir: Path, agent: str, when: float, name: str) -> Path:
+    day = time.strftime("%Y-%m-%d", time.gmtime(when))
+    folder = attachments_dir / safe_name(agent, "agent") / day
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder / safe_name(name)
+
+
+async def save(chunks: AsyncIterator[bytes], path: Path, cap: int) -> int:
+    """Write ``chunks`` to ``path`` (0600) and return the size; past ``cap`` bytes the partial file is
+    removed and TooLarge raised. A name already taken (a redelivery) is overwritten with the same bytes."""
+    tmp = path.with_name(f".{path.name}.part")
+    size = 0
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > cap:
+                    raise TooLarge(size, cap)
+                out.write(chunk)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return size
+
+
+def describe(kind: str, path: Path | None, size: int, note: str = "") -> str:
+    """The line the agent reads in place of the file: what it is and where it was saved (or why not)."""
+    if path is None:
+        return f"[{kind} not saved: {note}]"
+    return f"[{kind} attached: {path} ({size / 1024:.0f} KB)]"

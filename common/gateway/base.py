@@ -1,0 +1,172 @@
+"""The gateway process: runs a platform's channels under one Runtime, submits what they receive,
+delivers what the outbox holds for them, and shows a typing sign while agents work."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from typing import Awaitable, Callable
+
+import msgspec
+
+from common import db
+from common.errors import StarlingError
+from common.gateway.access import Access, Verdict
+from common.gateway.channel import Channel, InboundMessage
+from common.gateway.delivery import Deliverer
+from common.gateway.typing import Typing
+from common.gateway.webhook import WebhookServers
+from common.runtime import Runtime
+from common.service import Service, boot
+from schema import messages as m
+
+MAX_TEXT = 32_000  # characters of one inbound message kept (platforms cap lower; a forged event may not)
+START_RETRY_S = (2.0, 60.0)  # a channel that cannot start retries with this backoff (first, max)
+
+MakeChannel = Callable[["Gateway", object], Channel]
+Fetch = Callable[[InboundMessage], Awaitable[None]]
+
+
+class Gateway:
+    def __init__(self, rt: Runtime, platform: str, instances: list, make_channel: MakeChannel) -> None:
+        self.rt = rt
+        self.svc = rt.svc
+        self.paths = rt.svc.paths
+        self.platform = platform
+        self.log = rt.log.bind(platform=platform)
+        self.worker = f"{rt.svc.name}:{os.getpid()}"
+        self.reader = None
+        self.webhooks = WebhookServers(self.log)
+        self.channels: dict[str, Channel] = {cfg.id: make_channel(self, cfg) for cfg in instances}
+        self.access = {cfg.id: Access(cfg.id, cfg.allow, lambda: self.reader) for cfg in instances}
+        self.typing = Typing(self)
+        self.deliverer = Deliverer(self)
+
+    async def call(self, op: m.WriteOp, key: str | None = None):
+        return await self.rt.client.call(op, key=key)
+
+    # ------------------------------------------------------------ life
+
+    async def run(self, _rt: Runtime) -> None:
+        self.reader = await asyncio.to_thread(db.wait_for_schema, self.paths.db_file, 120.0, stop=self.svc.stopping)
+        for channel in self.channels.values():
+            channel.register_webhooks()
+        await self.webhooks.start()
+        try:
+            await asyncio.gather(*(self._start(c, first=True) for c in self.channels.values()))
+            await self.rt.announce_ready("ready", self.detail())
+            tasks = [asyncio.create_task(self.deliverer.run())]
+            tasks += [asyncio.create_task(self._serve(c)) for c in self.channels.values()]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await self.deliverer.release_all()
+        finally:
+            self.typing.close()
+            await self.webhooks.close()
+            for channel in self.channels.values():
+                try:
+                    await channel.close()
+                except Exception as exc:  # closing is best effort
+                    channel.log.warning("close_failed", error=str(exc))
+
+    async def _start(self, channel: Channel, first: bool = False) -> bool:
+        try:
+            await channel.start()
+            return True
+        except StarlingError as exc:
+            channel.status = f"error: {exc}"
+            channel.log.error("channel_start_failed", error=str(exc))
+            if not first:
+                await self.rt.beat(detail=self.detail())
+            return False
+
+    async def _serve(self, channel: Channel) -> None:
+        """Start (again, with backoff, while it fails: a rejected token, a secret not set yet) and receive."""
+        delay = START_RETRY_S[0]
+        while channel.status.startswith("error") or channel.status == "starting":
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, START_RETRY_S[1])
+            if await self._start(channel):
+                await self.rt.beat(detail=self.detail())
+        await channel.receive()
+
+    def detail(self) -> str:
+        return "; ".join(f"{c.id}: {c.status}" for c in self.channels.values())
+
+    # ------------------------------------------------------------ inbound
+
+    async def submit(self, channel: Channel, msg: InboundMessage, fetch: Fetch | None = None) -> str:
+        """Hand one received message to the writer. Returns what became of it (accepted, duplicate,
+        pairing, ignored, not_addressed, answered). Raises BusTimeout or StarlingError when the writer
+        did not ack: the caller must not acknowledge the event to the platform then. ``fetch`` downloads
+        the message's files; it runs only for a sender who passed the access check."""
+        log = channel.log.bind(chat=msg.chat, platform_msg_id=msg.platform_msg_id)
+        key = msg.dedupe_keys[0]
+        verdict = self.access[channel.id].verdict(msg.sender, msg.chat, msg.private)
+        if verdict is Verdict.IGNORE:
+            log.info("inbound_ignored", reason="group not allowed", sender=msg.sender)
+            return "ignored"
+        if verdict is Verdict.PAIR:
+            answer = await self.call(m.RequestPairing(instance=channel.id, sender=msg.sender, chat=msg.chat,
+                                                      sender_name=msg.sender_name), key=f"{key}:pair")
+            notice = self.access[channel.id].notice(answer, msg.sender)
+            log.info("inbound_stranger", sender=msg.sender, pairing=answer.status, notified=notice is not None)
+            if notice:
+                await self.reply(channel, msg.chat, notice, key=f"{key}:pair-notice")
+            return "pairing"
+        if not msg.private and not msg.addressed and channel.cfg.groups == "mention":
+            log.debug("inbound_not_addressed")
+            return "not_addressed"
+        if msg.command == "/start":
+            await self.reply(channel, msg.chat, f"Hi! I'm {channel.agent}. Write to me to talk; /help lists the"
+                             " commands.", key=f"{key}:start")
+            return "answered"
+        if fetch is not None:
+            await fetch(msg)
+        text = msg.text if len(msg.text) <= MAX_TEXT else msg.text[:MAX_TEXT] + "\n[message cut: too long]"
+        accepted: m.Accepted = await self.call(m.Inbound(
+            agent=channel.agent, instance=channel.id, chat=msg.chat, sender=msg.sender, sender_name=msg.sender_name,
+            text=text, dedupe_keys=msg.dedupe_keys, platform_msg_id=msg.platform_msg_id, reply_to=msg.reply_to,
+            attachments=msg.attachments, meta=_json(msg.meta)), key=key)
+        log.info("inbound", turn_id=accepted.turn_id, session_id=accepted.session_id, duplicate=accepted.duplicate)
+        if accepted.duplicate:
+            return "duplicate"
+        self.typing.watch(channel, msg.chat, accepted.turn_id)
+        return "accepted"
+
+    async def reply(self, channel: Channel, chat: str, text: str, key: str) -> None:
+        """A message from the gateway itself (a pairing code, a welcome), through the outbox like any other."""
+        await self.call(m.EnqueueOutbox(instance=channel.id, chat=chat, replies=[m.Reply(text=text)]), key=key)
+
+
+def _json(meta: dict) -> str:
+    return msgspec.json.encode(meta).decode() if meta else "{}"
+
+
+def main(platform: str, make_channel: MakeChannel, argv: list[str] | None = None) -> int:
+    """`python -m services.gateway_<platform> [--instance ID ...]`: serve every configured instance of the
+    platform, or only the named ones (to split instances across processes)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--instance", action="append", default=[])
+    ours, rest = pre.parse_known_args(argv)
+    svc: Service = boot(f"gateway-{platform}", rest)
+    configured = getattr(svc.cfg.gateways, platform)
+    unknown = sorted(set(ours.instance) - {gw.id for gw in configured})
+    if unknown:
+        svc.log.error("startup_failed", error=f"--instance {', '.join(unknown)}: no such [[gateways.{platform}]] id"
+                      f" in {svc.paths.home / 'config.toml'}")
+        return 1
+    instances = [gw for gw in configured if not ours.instance or gw.id in ours.instance]
+    if not instances:
+        svc.log.info("nothing_configured", platform=platform, hint=f"add a [[gateways.{platform}]] table")
+        return 0
+
+    def work(rt: Runtime):
+        return Gateway(rt, platform, instances, make_channel).run(rt)
+
+    return asyncio.run(Runtime(svc).run(work, announces_ready=True))

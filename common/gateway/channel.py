@@ -1,0 +1,83 @@
+"""The contract between the shared gateway and a platform: a Channel per configured instance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple
+
+from schema import messages as m
+
+if TYPE_CHECKING:
+    from common.gateway.base import Gateway
+
+
+@dataclass
+class InboundMessage:
+    """One platform message, ready for the writer. ``dedupe_keys`` come from the platform's own ids
+    (update id, message id, event id): a redelivery carries the same ones and is never a second turn."""
+
+    chat: str
+    sender: str
+    text: str
+    dedupe_keys: list[str]
+    private: bool = True      # a direct chat (strangers get a pairing code there, nowhere else)
+    addressed: bool = True    # in a group: the bot was mentioned, replied to, or given a command
+    sender_name: str = ""
+    platform_msg_id: str = ""
+    reply_to: str = ""
+    attachments: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    command: str = ""         # a command the gateway answers itself ("/start"); others go to the runner
+
+
+class Sent(NamedTuple):
+    platform_msg_id: str = ""
+
+
+class Retry(NamedTuple):
+    """Not delivered yet: try again after ``after_s`` (a platform's retry_after, or a backoff)."""
+
+    after_s: float
+    error: str
+
+
+class Failed(NamedTuple):
+    """Never deliverable (blocked by the user, chat gone, file too large): marked failed, not retried."""
+
+    error: str
+
+
+Outcome = Sent | Retry | Failed
+Progress = Callable[[int, str], Awaitable[None]]  # (parts delivered so far, the last part's message id)
+
+
+class Channel:
+    """One instance of a platform (a bot, a workspace, a number). Subclasses implement the I/O."""
+
+    platform = ""
+
+    def __init__(self, gateway: Gateway, cfg) -> None:
+        self.gateway = gateway
+        self.cfg = cfg
+        self.id: str = cfg.id
+        self.agent: str = cfg.agent
+        self.log = gateway.log.bind(instance=cfg.id)
+        self.status = "starting"  # shown in heartbeats: polling, webhook, error: ...
+
+    def register_webhooks(self) -> None:
+        """Add this instance's routes to ``self.gateway.webhooks`` (webhook transports only)."""
+
+    async def start(self) -> None:
+        """Connect and check credentials; raise StarlingError with an operator-readable reason."""
+
+    async def receive(self) -> None:
+        """Receive forever (a polling or socket loop); webhook transports just wait."""
+
+    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
+        raise NotImplementedError
+
+    async def typing(self, chat: str) -> None:
+        """Show that the agent is working in ``chat`` (best effort)."""
+
+    async def close(self) -> None:
+        """Release connections; called once at stop."""

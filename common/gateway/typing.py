@@ -1,0 +1,55 @@
+"""The "typing…" sign while an agent works on a chat's turn: renewed every few seconds until the turn
+is over (answered, failed, or parked for an approval), and never for longer than MAX_S."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from common.db import read_tx
+from common.stores import turn_store
+
+if TYPE_CHECKING:
+    from common.gateway.base import Gateway
+    from common.gateway.channel import Channel
+
+EVERY_S = 4.0   # Telegram shows a chat action for 5 s; Slack and WhatsApp for longer
+MAX_S = 600.0
+WORKING = ("pending", "claimed")
+
+
+class Typing:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._turns: dict[tuple[str, str], int] = {}
+        self._tasks: dict[tuple[str, str], asyncio.Task] = {}
+
+    def watch(self, channel: Channel, chat: str, turn_id: int) -> None:
+        key = (channel.id, chat)
+        self._turns[key] = turn_id  # a newer message in the chat: follow its turn
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.create_task(self._loop(channel, chat, key))
+
+    def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+
+    def _working(self, turn_id: int) -> bool:
+        with read_tx(self.gateway.reader) as conn:
+            turn = turn_store.get(conn, turn_id)
+        return turn is not None and turn.state in WORKING
+
+    async def _loop(self, channel: Channel, chat: str, key: tuple[str, str]) -> None:
+        deadline = time.monotonic() + MAX_S
+        try:
+            while time.monotonic() < deadline and self._working(self._turns[key]):
+                try:
+                    await channel.typing(chat)
+                except Exception as exc:  # a sign is best effort: never let it fail a chat
+                    channel.log.debug("typing_failed", chat=chat, error=str(exc))
+                await asyncio.sleep(EVERY_S)
+        finally:
+            self._tasks.pop(key, None)
+            self._turns.pop(key, None)

@@ -1,0 +1,54 @@
+"""The HTTP servers gateways listen on for platform webhooks: one aiohttp server per listen address,
+shared by every instance configured on it, with a cap on request bodies."""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from common.errors import StarlingError
+
+MAX_BODY = 4 * 1024 * 1024  # platform events are small; a larger body is refused before it is read
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class WebhookServers:
+    def __init__(self, log) -> None:
+        self.log = log
+        self._routes: dict[str, dict[tuple[str, str], tuple[Handler, str]]] = {}
+        self._runners: list[web.AppRunner] = []
+
+    def route(self, listen: str, method: str, path: str, handler: Handler, owner: str) -> None:
+        """Serve ``method path`` on ``listen``; ``owner`` names the config entry, for the clash error."""
+        routes = self._routes.setdefault(listen, {})
+        if (method, path) in routes:
+            other = routes[(method, path)][1]
+            raise StarlingError(f"{owner} and {other} both listen on {listen} at {path}: give one another"
+                                " listen address or public_url path")
+        routes[(method, path)] = (handler, owner)
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._routes)
+
+    async def start(self) -> None:
+        for listen, routes in self._routes.items():
+            app = web.Application(client_max_size=MAX_BODY)
+            for (method, path), (handler, _owner) in routes.items():
+                app.router.add_route(method, path, handler)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            host, _, port = listen.rpartition(":")
+            try:
+                await web.TCPSite(runner, host.strip("[]"), int(port), reuse_address=True).start()
+            except OSError as exc:
+                await runner.cleanup()
+                raise StarlingError(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
+            self._runners.append(runner)
+            self.log.info("webhook_listening", listen=listen, paths=sorted({p for _m, p in routes}))
+
+    async def close(self) -> None:
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners = []

@@ -1,0 +1,229 @@
+"""One Telegram bot: receives by long polling or webhook, sends through the outbox, shows "typing"."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections import defaultdict
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+
+from common.errors import BusTimeout, StarlingError, WriteRejected
+from common.gateway import attachments
+from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
+from common.log import register_secret
+from common.secrets import resolve_secret
+from schema import messages as m
+from services.gateway_telegram import inbound
+from services.gateway_telegram.api import ApiError, BotApi, NetworkError
+from services.gateway_telegram.outbound import Sender, chat_param
+
+POLL_TIMEOUT_S = 25          # getUpdates long-poll; an update arriving ends it at once
+CONFLICT_RETRY_S = (2.0, 60.0)
+ALLOWED_UPDATES = list(inbound.HANDLED)
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+COMMANDS = [
+    {"command": "new", "description": "start a fresh conversation"},
+    {"command": "status", "description": "agent, model, conversation size and cost"},
+    {"command": "help", "description": "what I understand"},
+    {"command": "approve", "description": "approve an action: /approve ID"},
+    {"command": "deny", "description": "refuse an action: /deny ID"},
+]
+
+
+class TelegramChannel(Channel):
+    platform = "telegram"
+
+    def __init__(self, gateway, cfg) -> None:
+        super().__init__(gateway, cfg)
+        self.session: aiohttp.ClientSession | None = None
+        self.api: BotApi | None = None
+        self.sender: Sender | None = None
+        self.me: inbound.Me | None = None
+        self.secret = ""
+        self.offset: int | None = None
+
+    # ------------------------------------------------------------ start
+
+    def register_webhooks(self) -> None:
+        if self.cfg.mode == "webhook":
+            path = urlsplit(self.cfg.public_url).path or "/"
+            self.gateway.webhooks.route(self.cfg.listen, "POST", path, self.on_webhook,
+                                        owner=f"gateways.telegram {self.id!r}")
+
+    async def start(self) -> None:
+        paths = self.gateway.paths
+        token = resolve_secret(self.cfg.token, paths.secrets_file, key=f"gateways.telegram[{self.id}].token")
+        register_secret(token)
+        if self.cfg.mode == "webhook":
+            self.secret = resolve_secret(self.cfg.secret_token, paths.secrets_file,
+                                         key=f"gateways.telegram[{self.id}].secret_token")
+            register_secret(self.secret)
+        if self.session is None:
+            self.session = aiohttp.ClientSession()
+        self.api = BotApi(self.cfg.api_base, token, self.session)
+        self.sender = Sender(self.api, self.log)
+        try:
+            me = await self.api.call("getMe")
+            self.me = inbound.Me(int(me["id"]), str(me.get("username") or ""))
+            if self.cfg.mode == "webhook":
+                await self.api.call("setWebhook", {"url": self.cfg.public_url, "secret_token": self.secret,
+                                                   "allowed_updates": ALLOWED_UPDATES})
+            else:  # getUpdates is refused (409) while a webhook is set: polling mode clears it
+                await self.api.call("deleteWebhook", {"drop_pending_updates": False})
+        except (ApiError, NetworkError, KeyError, TypeError, ValueError) as exc:
+            hint = " (check the bot token's secret)" if isinstance(exc, ApiError) and exc.code in (401, 404) else ""
+            raise StarlingError(f"Telegram at {self.cfg.api_base}: {exc}{hint}") from None
+        try:
+            await self.api.call("setMyCommands", {"commands": COMMANDS})
+        except (ApiError, NetworkError) as exc:  # a nicety: the command menu in Telegram's apps
+            self.log.info("set_commands_failed", error=str(exc))
+        self.status = f"{'polling' if self.cfg.mode == 'polling' else 'webhook'} as @{self.me.username}"
+        self.log.info("telegram_ready", mode=self.cfg.mode, bot=self.me.username, bot_id=self.me.id)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    # ------------------------------------------------------------ receive
+
+    async def receive(self) -> None:
+        if self.cfg.mode == "webhook":
+            await asyncio.Event().wait()  # updates come to on_webhook
+        try:
+            await self._poll()
+        finally:
+            if self.offset is not None:  # confirm what was handled, so a restart gets fewer redeliveries
+                try:
+                    await asyncio.wait_for(self.api.call("getUpdates", {"offset": self.offset, "timeout": 0,
+                                                                        "limit": 1}), 2.0)
+                except (StarlingError, asyncio.TimeoutError):
+                    pass
+
+    async def _poll(self) -> None:
+        delay = CONFLICT_RETRY_S[0]
+        while True:
+            params = {"timeout": POLL_TIMEOUT_S, "allowed_updates": ALLOWED_UPDATES}
+            if self.offset is not None:
+                params["offset"] = self.offset
+            try:
+                updates = await self.api.call("getUpdates", params, timeout=POLL_TIMEOUT_S + 10)
+            except ApiError as exc:
+                if exc.code == 409:
+                    self.log.error("telegram_conflict", error=exc.description, retry_in_s=delay,
+                                   hint="another process polls this bot token (or a webhook is set): run one"
+                                        " poller per token")
+                else:
+                    self.log.warning("get_updates_failed", error=str(exc), retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, CONFLICT_RETRY_S[1])
+                continue
+            except NetworkError as exc:
+                self.log.warning("get_updates_failed", error=str(exc), retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, CONFLICT_RETRY_S[1])
+                continue
+            delay = CONFLICT_RETRY_S[0]
+            if not isinstance(updates, list):
+                self.log.warning("get_updates_malformed", got=type(updates).__name__)
+                continue
+            try:
+                await self.handle_batch(updates)
+            except (BusTimeout, WriteRejected) as exc:  # not acked: keep the offset, Telegram sends them again
+                self.log.warning("inbound_not_acked", error=str(exc), updates=len(updates))
+                await asyncio.sleep(1.0)
+                continue
+            ids = [u["update_id"] for u in updates if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
+            if ids:
+                self.offset = max(ids) + 1  # confirmed on the next getUpdates: only acked updates are passed
+
+    async def handle_batch(self, updates: list) -> None:
+        """Each chat's updates in order, chats side by side; raises if the writer did not ack one."""
+        by_chat: dict[object, list] = defaultdict(list)
+        for update in updates:
+            by_chat[_chat_of(update)].append(update)
+
+        async def in_order(batch: list) -> None:
+            for update in batch:
+                await self.handle_update(update)
+
+        results = await asyncio.gather(*(in_order(b) for b in by_chat.values()), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def handle_update(self, update: object) -> str:
+        """One update to the writer. A malformed or unhandled one is logged and skipped (never a stuck
+        offset); only the writer not acking raises."""
+        parsed = inbound.parse(update, self.me, self.id)
+        if isinstance(parsed, inbound.Skip):
+            uid = update.get("update_id") if isinstance(update, dict) else None
+            self.log.info("update_skipped", update_id=uid, reason=parsed.reason)
+            return "skipped"
+        parsed.msg.meta["update_id"] = update["update_id"]
+        return await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg))
+
+    async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
+        """Download the message's files (only once the sender is known to be allowed)."""
+        cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
+        for ref in parsed.files:
+            note = ""
+            if ref.size > cap:
+                note = f"{ref.size / 1_048_576:.1f} MB is over the {self.cfg.max_attachment_mb:g} MB limit"
+            else:
+                try:
+                    info = await self.api.call("getFile", {"file_id": ref.file_id})
+                    path = attachments.target(self.gateway.paths.attachments_dir, self.agent, parsed.date or 0,
+                                              f"{msg.platform_msg_id}-{ref.name}")
+                    size = await attachments.save(self.api.download(str(info["file_path"])), path, cap)
+                    msg.attachments.append(str(path))
+                    msg.text = f"{msg.text}\n{attachments.describe(ref.kind, path, size)}".strip()
+                    continue
+                except attachments.TooLarge as exc:
+                    note = str(exc)
+                except (ApiError, NetworkError, KeyError, TypeError, OSError) as exc:
+                    note = f"could not be fetched ({exc})"
+            self.log.warning("attachment_skipped", kind=ref.kind, reason=note)
+            msg.text = f"{msg.text}\n{attachments.describe(ref.kind, None, ref.size, note)}".strip()
+
+    async def on_webhook(self, request: web.Request) -> web.Response:
+        """A POST from Telegram: the secret header checked in constant time; 200 only once the writer acked."""
+        given = request.headers.get(SECRET_HEADER, "")
+        if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
+            self.log.warning("webhook_refused", reason="wrong or missing secret token", peer=request.remote)
+            return web.Response(status=401)
+        try:
+            update = json.loads(await request.read())
+        except ValueError:
+            self.log.warning("update_skipped", reason="body is not JSON")
+            return web.Response(status=200)  # a redelivery would be the same garbage
+        try:
+            await self.handle_update(update)
+        except (BusTimeout, WriteRejected) as exc:
+            self.log.warning("inbound_not_acked", error=str(exc))
+            return web.Response(status=503)  # Telegram retries
+        return web.Response(status=200)
+
+    # ------------------------------------------------------------ send
+
+    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
+        if self.sender is None:
+            raise StarlingError("the bot is not started")
+        return await self.sender.send(item, progress)
+
+    async def typing(self, chat: str) -> None:
+        if self.api is not None:
+            await self.sender.bot.wait()
+            await self.api.call("sendChatAction", {"chat_id": chat_param(self.sender.moved.get(chat, chat)),
+                                                   "action": "typing"}, timeout=10)
+
+
+def _chat_of(update: object) -> object:
+    if isinstance(update, dict):
+        for value in update.values():
+            if isinstance(value, dict) and isinstance(value.get("chat"), dict):
+                return value["chat"].get("id")
+    return None
