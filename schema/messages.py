@@ -142,6 +142,16 @@ class OutboxFailed(Msg):
     retry_after_s: float = -1.0
 
 
+class OutboxProgress(Msg):
+    """A held outbox row went out in part: ``parts_sent`` platform messages are delivered (a gateway
+    that takes the row over later starts after them)."""
+
+    id: Int
+    worker: str
+    parts_sent: Int
+    platform_msg_id: str = ""
+
+
 class ReleaseOutbox(Msg):
     """A gateway hands claimed rows back untouched (shutdown)."""
 
@@ -312,6 +322,7 @@ WriteOp = (
     | OutboxSent
     | OutboxFailed
     | ReleaseOutbox
+    | OutboxProgress
     | Heartbeat
     | Ping
     | Checkpoint
@@ -379,6 +390,7 @@ class OutboxItem(Msg):
     reply_to: str
     attempt: Int
     session_id: Int = 0
+    parts_sent: Int = 0  # platform messages of this row already delivered (a long text in parts)
 
 
 class OutboxClaim(Msg):

@@ -88,6 +88,13 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             if not outbox_store.mark_failed(conn, op.id, op.worker, op.error, op.retry_after_s, now):
                 raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
             return m.Done()
+        case m.OutboxProgress():
+            if op.parts_sent < 0:
+                raise Rejected("invalid", f"parts_sent must be 0 or more, not {op.parts_sent}")
+            _held_outbox(conn, op.id)
+            if not outbox_store.progress(conn, op.id, op.worker, op.parts_sent, op.platform_msg_id):
+                raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
+            return m.Done()
         case m.ReleaseOutbox():
             for outbox_id in op.ids:
                 row = outbox_store.get(conn, outbox_id)
