@@ -64,6 +64,11 @@ GET = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
     " FROM turns WHERE id = ?"
 )
+USER_TURNS_FOR_CHAT = (
+    "SELECT t.id, t.session_id, t.role, t.content, t.sender, t.state, t.attempts, t.error, t.meta, t.created_at"
+    " FROM turns t JOIN sessions s ON s.id = t.session_id"
+    " WHERE s.instance = ? AND s.chat = ? AND t.role = 'user' ORDER BY t.id"
+)
 HISTORY = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
     " FROM turns WHERE session_id = ? AND id <= ? ORDER BY id DESC LIMIT ?"
@@ -204,6 +209,11 @@ def session_of(conn: apsw.Connection, turn_id: int) -> int | None:
 def get(conn: apsw.Connection, turn_id: int) -> Turn | None:
     row = conn.execute(GET, (turn_id,)).fetchone()
     return None if row is None else Turn(*row)
+
+
+def user_turns_for_chat(conn: apsw.Connection, instance: str, chat: str) -> list[Turn]:
+    """Every user turn a chat of a gateway instance sent, across its sessions, oldest first."""
+    return [Turn(*row) for row in conn.execute(USER_TURNS_FOR_CHAT, (instance, chat))]
 
 
 def history(conn: apsw.Connection, session_id: int, up_to: int, limit: int) -> list[Turn]:
