@@ -22,6 +22,7 @@ from services.gateway_telegram.api import ApiError, BotApi, NetworkError
 from services.gateway_telegram.outbound import Sender, chat_param
 
 POLL_TIMEOUT_S = 25          # getUpdates long-poll; an update arriving ends it at once
+WEBHOOK_ACK_S = 20.0         # a webhook request waits this long for the writer's ack, then asks for a retry
 CONFLICT_RETRY_S = (2.0, 60.0)
 ALLOWED_UPDATES = list(inbound.HANDLED)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -201,10 +202,10 @@ class TelegramChannel(Channel):
             self.log.warning("update_skipped", reason="body is not JSON")
             return web.Response(status=200)  # a redelivery would be the same garbage
         try:
-            await self.handle_update(update)
-        except (BusTimeout, WriteRejected) as exc:
-            self.log.warning("inbound_not_acked", error=str(exc))
-            return web.Response(status=503)  # Telegram retries
+            await asyncio.wait_for(self.handle_update(update), WEBHOOK_ACK_S)
+        except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:
+            self.log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__)
+            return web.Response(status=503)  # Telegram retries; the writer dedupes what did land
         return web.Response(status=200)
 
     # ------------------------------------------------------------ send

@@ -1,0 +1,149 @@
+"""The Telegram gateway's other shapes: webhook mode, several bots in one process or split across
+processes, a second poller on the same token (409), and resuming a long message after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import urllib.error
+import urllib.request
+
+import aiohttp
+
+from common import db
+from common.gateway.channel import Sent
+from common.secrets import set_secret
+from common.stores import turn_store
+from schema import messages as m
+from services.gateway_telegram.api import BotApi
+from services.gateway_telegram.format import split_html, to_html
+from services.gateway_telegram.outbound import Sender
+from tests.fake_telegram import DEFAULT_TOKEN, FakeTelegram
+from tests.procs import Proc, wait_until
+from tests.telegram_stack import OWNER, stack
+
+SECOND_TOKEN = "987654321:AASecondFakeBotTokenForTests_987654"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def user_turns(s, instance: str, chat: int) -> list[str]:
+    conn = s.reader()
+    with db.read_tx(conn):
+        return [t.content for t in turn_store.user_turns_for_chat(conn, instance, str(chat))]
+
+
+def instances_in(proc: Proc) -> set[str]:
+    """The instances this process's own log lines name (a log file can hold an earlier process's too)."""
+    lines = [json.loads(x) for x in proc.log_text().splitlines() if x.startswith("{")]
+    return {x["instance"] for x in lines if x.get("pid") == proc.pid and "instance" in x}
+
+
+def post(url: str, body: bytes, secret: str | None) -> int:
+    headers = {"Content-Type": "application/json"}
+    if secret is not None:
+        headers["X-Telegram-Bot-Api-Secret-Token"] = secret
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_webhook_mode_checks_the_secret_and_answers(tmp_path):
+    port = free_port()
+    hook = f"http://127.0.0.1:{port}/tg/hook"
+    gateway = (f'[[gateways.telegram]]\nid = "tg"\ntoken = "tg-token"\napi_base = "{{TG}}"\nallow = [{OWNER}]\n'
+               f'mode = "webhook"\nlisten = "127.0.0.1:{port}"\npublic_url = "{hook}"\nsecret_token = "tg-hook"\n')
+    with stack(gateway=gateway) as s:
+        set_secret(s.home.paths.secrets_file, "tg-hook", "hook-secret-0123456789")
+        s.start_gateway()
+        info = s.tg.webhook()["info"]
+        assert hook == info["url"]
+        s.tg.message("via the webhook", user=OWNER)
+        assert "echo: via the webhook" == s.replies(OWNER, 1)[0]["text"]
+        forged = json.dumps({"update_id": 99999, "message": {
+            "message_id": 500, "date": 1, "chat": {"id": OWNER, "type": "private"},
+            "from": {"id": OWNER, "is_bot": False, "first_name": "x"}, "text": "forged words"}}).encode()
+        assert 401 == post(hook, forged, None)
+        assert 401 == post(hook, forged, "hook-secret-wrong-0000000")
+        assert 200 == post(hook, b"{not json", "hook-secret-0123456789")  # Telegram itself: skipped, not retried
+        assert ["via the webhook"] == user_turns(s, "tg", OWNER)
+        assert 200 == post(hook, forged, "hook-secret-0123456789")
+        assert ["via the webhook", "forged words"] == user_turns(s, "tg", OWNER)  # stored before the 200
+        assert 200 == post(hook, forged, "hook-secret-0123456789")  # a redelivery: no second turn
+        assert 2 == len(user_turns(s, "tg", OWNER))
+        assert "hook-secret-0123456789" not in s.gateway.log_text()
+
+
+def test_two_bots_in_one_process_and_split_across_two(tmp_path):
+    gateway = ('[[gateways.telegram]]\nid = "tg"\ntoken = "tg-token"\napi_base = "{TG}"\nallow = [42]\n'
+               '[[gateways.telegram]]\nid = "tg2"\ntoken = "tg-token-2"\napi_base = "{TG}"\nallow = [42]\n')
+    with stack(gateway=gateway, tokens=(DEFAULT_TOKEN, SECOND_TOKEN)) as s:
+        s.start_gateway()
+        s.tg.message("to the first", user=OWNER)
+        s.tg.message("to the second", user=OWNER, bot=SECOND_TOKEN.split(":")[0])
+        wait_until(lambda: len(s.tg.sent(chat_id=OWNER)) >= 2, 20, what="both answers")
+        by_bot = {r["bot"]: r["text"] for r in s.tg.sent(chat_id=OWNER)}
+        assert {123456789: "echo: to the first", 987654321: "echo: to the second"} == by_bot
+        assert (["to the first"], ["to the second"]) == (user_turns(s, "tg", OWNER), user_turns(s, "tg2", OWNER))
+        s.gateway.stop()
+        # now one process per bot
+        s.start_gateway("--instance", "tg")
+        second = Proc(s.home, "gateway_telegram", "--instance", "tg2", "--name", "gateway-telegram-2")
+        s.extra_procs.append(second)
+        s.tg.message("again first", user=OWNER)
+        s.tg.message("again second", user=OWNER, bot=SECOND_TOKEN.split(":")[0])
+        wait_until(lambda: len(s.tg.sent(chat_id=OWNER)) >= 4, 20, what="both answers again")
+        assert {"tg"} == instances_in(s.gateway) and {"tg2"} == instances_in(second)
+        wrong = Proc(s.home, "gateway_telegram", "--instance", "nope", "--name", "gateway-telegram-3")
+        assert 1 == wrong.popen.wait(20)
+        assert "no such [[gateways.telegram]] id" in wrong.log_text()
+        wrong.stop()
+
+
+def test_a_second_poller_is_reported_and_polling_recovers(tmp_path):
+    with stack() as s:
+        s.start_gateway()
+        s.tg.script_error("getUpdates", "conflict", times=1)
+        wait_until(lambda: "telegram_conflict" in s.gateway.log_text(), 35, what="the conflict logged")
+        s.tg.message("after the conflict", user=OWNER)
+        assert "echo: after the conflict" == s.replies(OWNER, 1)[0]["text"]
+        line = next(json.loads(x) for x in s.gateway.log_text().splitlines() if "telegram_conflict" in x)
+        assert "one poller per token" in line["hint"] and "error" == line["level"]
+
+
+def test_a_long_message_resumes_after_the_parts_already_sent():
+    async def go():
+        async with FakeTelegram() as fake, aiohttp.ClientSession() as session:
+            log = _Log()
+            sender = Sender(BotApi(fake.url, fake.token, session), log)
+            sender.per_chat.limit = 100  # no pacing in this unit test
+            body = "\n\n".join(f"paragraph {i} " + "word " * 150 for i in range(20))
+            parts = split_html(to_html(body.strip()))
+            assert len(parts) >= 3
+            progress: list[int] = []
+
+            async def record(n: int, _id: str) -> None:
+                progress.append(n)
+
+            item = m.OutboxItem(id=1, instance="tg", chat=str(OWNER), kind="text", body=body, file_path="",
+                                reply_to="", attempt=2, parts_sent=1)
+            outcome = await sender.send(item, record)
+            sent = [r["text"] for r in fake.sent(chat_id=OWNER)]
+            return outcome, sent, parts, progress
+
+    outcome, sent, parts, progress = asyncio.run(go())
+    assert isinstance(outcome, Sent)
+    assert parts[1:] == sent  # the first part was delivered before the crash: not again
+    assert list(range(2, len(parts))) == progress
+
+
+class _Log:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
