@@ -374,6 +374,7 @@ class TurnClaim(Msg):
     text: str
     attempt: Int
     lease_until: float
+    platform_msg_id: str = ""  # the message being answered: replies quote it where the platform threads them
 
 
 class NoWork(Msg):

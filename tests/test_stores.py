@@ -225,7 +225,7 @@ def test_claim_next_on_an_empty_queue_returns_none(conn):
 def test_claim_next_returns_what_a_runner_needs(conn):
     sid = session_store.open_session(conn, "main", "tg", "chat-7", T0)
     tid = user_turn(conn, sid, "what time is it")
-    expected = turn_store.Claim(tid, sid, "main", "tg", "chat-7", "alice", "what time is it", 1, T0 + LEASE)
+    expected = turn_store.Claim(tid, sid, "main", "tg", "chat-7", "alice", "what time is it", 1, T0 + LEASE, "m1")
     assert expected == turn_store.claim_next(conn, "w1", LEASE, T0)
 
 

@@ -173,9 +173,10 @@ def test_start_from_a_stranger_gives_the_code(tg):
 
 def test_a_group_is_answered_only_when_allowed_and_addressed(tg):
     tg.tg.message("not for the bot", user=user(106), chat_id=GROUP, title="team")
-    tg.tg.message(f"@{BOT} what time is it", user=user(106), chat_id=GROUP)
+    asked = tg.tg.message(f"@{BOT} what time is it", user=user(106), chat_id=GROUP)
     replies = tg.replies(GROUP, 1)
     bot_msg = replies[0]["message_id"]
+    assert asked["message"]["message_id"] == replies[0]["reply_to"]  # in a group, the answer quotes the question
     tg.tg.message("and a reply to the bot", user=user(107), chat_id=GROUP, reply_to=bot_msg)
     tg.tg.message("/status@someotherbot", user=user(106), chat_id=GROUP)
     tg.tg.message("words in a group nobody allowed", user=user(106), chat_id=OTHER_GROUP)

@@ -38,8 +38,8 @@ GIVE_UP = (
     " WHERE id = ?"
 )
 CLAIM_DETAILS = (
-    "SELECT t.id, t.session_id, s.agent, s.instance, s.chat, t.sender, t.content, t.attempts, t.lease_until"
-    " FROM turns t JOIN sessions s ON s.id = t.session_id WHERE t.id = ?"
+    "SELECT t.id, t.session_id, s.agent, s.instance, s.chat, t.sender, t.content, t.attempts, t.lease_until,"
+    " t.platform_msg_id FROM turns t JOIN sessions s ON s.id = t.session_id WHERE t.id = ?"
 )
 RENEW = (
     "UPDATE turns SET lease_until = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
@@ -118,6 +118,7 @@ class Claim(NamedTuple):
     text: str
     attempt: int
     lease_until: float
+    platform_msg_id: str  # the platform's id of the message this turn answers ("" for none)
 
 
 def add_user_turn(

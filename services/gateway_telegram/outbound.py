@@ -49,7 +49,8 @@ class Sender:
             return Sent("")
         message_id = ""
         for index in range(min(item.parts_sent, len(parts)), len(parts)):
-            reply_to = item.reply_to if index == 0 else ""
+            # in a group an answer quotes the message it answers; in a private chat that is only noise
+            reply_to = item.reply_to if index == 0 and chat.startswith("-") else ""
             try:
                 message_id = await self._send_part(chat, parts[index], reply_to)
             except ApiError as exc:

@@ -70,7 +70,7 @@ class TurnWork:
             await self.finish(answer=f"I can't answer: {exc}", ok=False, error=str(exc))
 
     async def finish(self, answer: str, ok: bool = True, error: str = "", meta: str = "{}") -> None:
-        replies = [m.Reply(text=answer)] if answer else []
+        replies = [m.Reply(text=answer, reply_to=self.claim.platform_msg_id)] if answer else []
         try:
             await self.call(m.FinishTurn(turn_id=self.claim.turn_id, worker=self.worker, ok=ok, error=error,
                                          answer=answer, replies=replies, meta=meta))
