@@ -2,7 +2,8 @@
 
 A private chat's sender is allowed when the instance's `allow` lists them or they were paired
 (`starling pairing approve CODE`, stored in sender_access). A group is answered only when its chat
-id is allowed the same way; strangers in groups are ignored, never handed codes in public.
+id is allowed the same way (or, where the platform opts in with ``senders_in_groups``, when the
+sender is); strangers in groups are ignored, never handed codes in public.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ class Verdict(Enum):
 
 
 class Access:
-    def __init__(self, instance: str, allow: list[str], reader: Callable[[], object]) -> None:
+    def __init__(self, instance: str, allow: list[str], reader: Callable[[], object],
+                 senders_in_groups: bool = False) -> None:
         self.instance = instance
+        self.senders_in_groups = senders_in_groups
         self.allow = frozenset(allow)
         self.reader = reader
         self._noticed: dict[str, float] = {}
@@ -41,6 +44,8 @@ class Access:
                 return Verdict.ALLOW
             return Verdict.PAIR
         if chat in self.allow or self._paired(chat):
+            return Verdict.ALLOW
+        if self.senders_in_groups and (sender in self.allow or self._paired(sender)):
             return Verdict.ALLOW
         return Verdict.IGNORE
 

@@ -24,7 +24,7 @@ from schema import messages as m
 MAX_TEXT = 32_000  # characters of one inbound message kept (platforms cap lower; a forged event may not)
 START_RETRY_S = (2.0, 60.0)  # a channel that cannot start retries with this backoff (first, max)
 
-MakeChannel = Callable[["Gateway", object], Channel]
+MakeChannel = type[Channel]  # a platform's Channel class, made once per configured instance
 Fetch = Callable[[InboundMessage], Awaitable[None]]
 
 
@@ -39,7 +39,8 @@ class Gateway:
         self.reader = None
         self.webhooks = WebhookServers(self.log)
         self.channels: dict[str, Channel] = {cfg.id: make_channel(self, cfg) for cfg in instances}
-        self.access = {cfg.id: Access(cfg.id, cfg.allow, lambda: self.reader) for cfg in instances}
+        self.access = {cfg.id: Access(cfg.id, cfg.allow, lambda: self.reader, make_channel.senders_in_groups)
+                       for cfg in instances}
         self.typing = Typing(self)
         self.deliverer = Deliverer(self)
 
@@ -107,7 +108,7 @@ class Gateway:
         the message's files; it runs only for a sender who passed the access check."""
         log = channel.log.bind(chat=msg.chat, platform_msg_id=msg.platform_msg_id)
         key = msg.dedupe_keys[0]
-        verdict = self.access[channel.id].verdict(msg.sender, msg.chat, msg.private)
+        verdict = self.access[channel.id].verdict(msg.sender, msg.room or msg.chat, msg.private)
         if verdict is Verdict.IGNORE:
             log.info("inbound_ignored", reason="group not allowed", sender=msg.sender)
             return "ignored"
@@ -136,7 +137,7 @@ class Gateway:
         log.info("inbound", turn_id=accepted.turn_id, session_id=accepted.session_id, duplicate=accepted.duplicate)
         if accepted.duplicate:
             return "duplicate"
-        self.typing.watch(channel, msg.chat, accepted.turn_id)
+        self.typing.watch(channel, msg.chat, accepted.turn_id, msg.platform_msg_id)
         return "accepted"
 
     async def reply(self, channel: Channel, chat: str, text: str, key: str) -> None:

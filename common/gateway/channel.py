@@ -28,6 +28,7 @@ class InboundMessage:
     attachments: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     command: str = ""         # a command the gateway answers itself ("/start"); others go to the runner
+    room: str = ""            # in a group: the id `allow` names (a Slack channel for a thread's chat); "" = chat
 
 
 class Sent(NamedTuple):
@@ -55,6 +56,7 @@ class Channel:
     """One instance of a platform (a bot, a workspace, a number). Subclasses implement the I/O."""
 
     platform = ""
+    senders_in_groups = False  # True: an allowed sender is answered in any group, not only in allowed ones
 
     def __init__(self, gateway: Gateway, cfg) -> None:
         self.gateway = gateway
@@ -76,8 +78,11 @@ class Channel:
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
         raise NotImplementedError
 
-    async def typing(self, chat: str) -> None:
-        """Show that the agent is working in ``chat`` (best effort)."""
+    async def typing(self, chat: str, platform_msg_id: str) -> None:
+        """Show that the agent is working on ``platform_msg_id`` in ``chat`` (best effort; called every few s)."""
+
+    async def typing_done(self, chat: str, platform_msg_id: str) -> None:
+        """The turn is over: take the sign down where the platform does not do it by itself."""
 
     async def close(self) -> None:
         """Release connections; called once at stop."""

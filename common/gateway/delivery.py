@@ -18,7 +18,6 @@ from schema import messages as m
 if TYPE_CHECKING:
     from common.gateway.base import Gateway
 
-LEASE_S = 60.0
 POLL_S = 1.0          # rows whose retry time came, and lost events, are found by this poll
 IN_FLIGHT = 64        # rows sent at once by one process (each from a different chat)
 MAX_ATTEMPTS = 10     # transient failures (network, 5xx) before a row is given up
@@ -34,6 +33,7 @@ class Deliverer:
         self.gateway = gateway
         self.log = gateway.log
         self.worker = gateway.worker
+        self.lease_s = gateway.svc.cfg.gateways.outbox_lease_s  # [gateways] outbox_lease_s
         self.in_flight: dict[int, asyncio.Task] = {}
         self.wake = asyncio.Event()
         self.repeats = 0  # rows taken over after another attempt may have sent them (counted, DESIGN rule 5)
@@ -69,7 +69,7 @@ class Deliverer:
         """Claim and start rows; True when the claim came back full (more may be waiting)."""
         try:
             claim = await self.gateway.call(m.ClaimOutbox(worker=self.worker, instances=instances, limit=room,
-                                                          lease_s=LEASE_S))
+                                                          lease_s=self.lease_s))
         except StarlingError as exc:
             self.log.warning("outbox_claim_failed", error=str(exc))
             await asyncio.sleep(POLL_S)
@@ -129,9 +129,10 @@ class Deliverer:
 
     async def _renew(self, outbox_id: int) -> None:
         while True:
-            await asyncio.sleep(LEASE_S / 3)
+            await asyncio.sleep(self.lease_s / 3)
             try:
-                await self.gateway.call(m.RenewLease(kind="outbox", id=outbox_id, worker=self.worker, lease_s=LEASE_S))
+                await self.gateway.call(m.RenewLease(kind="outbox", id=outbox_id, worker=self.worker,
+                                                     lease_s=self.lease_s))
             except StarlingError as exc:
                 self.log.warning("outbox_renew_failed", outbox_id=outbox_id, error=str(exc))
 

@@ -22,12 +22,12 @@ WORKING = ("pending", "claimed")
 class Typing:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self._turns: dict[tuple[str, str], int] = {}
+        self._turns: dict[tuple[str, str], tuple[int, str]] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task] = {}
 
-    def watch(self, channel: Channel, chat: str, turn_id: int) -> None:
+    def watch(self, channel: Channel, chat: str, turn_id: int, platform_msg_id: str = "") -> None:
         key = (channel.id, chat)
-        self._turns[key] = turn_id  # a newer message in the chat: follow its turn
+        self._turns[key] = (turn_id, platform_msg_id)  # a newer message in the chat: follow its turn
         if key not in self._tasks:
             self._tasks[key] = asyncio.create_task(self._loop(channel, chat, key))
 
@@ -43,13 +43,22 @@ class Typing:
 
     async def _loop(self, channel: Channel, chat: str, key: tuple[str, str]) -> None:
         deadline = time.monotonic() + MAX_S
+        shown: list[str] = []
         try:
-            while time.monotonic() < deadline and self._working(self._turns[key]):
+            while time.monotonic() < deadline and self._working(self._turns[key][0]):
+                msg_id = self._turns[key][1]
+                if msg_id not in shown:
+                    shown.append(msg_id)
                 try:
-                    await channel.typing(chat)
+                    await channel.typing(chat, msg_id)
                 except Exception as exc:  # a sign is best effort: never let it fail a chat
                     channel.log.debug("typing_failed", chat=chat, error=str(exc))
                 await asyncio.sleep(EVERY_S)
         finally:
             self._tasks.pop(key, None)
             self._turns.pop(key, None)
+            for msg_id in shown:
+                try:
+                    await channel.typing_done(chat, msg_id)
+                except Exception as exc:
+                    channel.log.debug("typing_done_failed", chat=chat, error=str(exc))

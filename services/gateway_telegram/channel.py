@@ -215,7 +215,7 @@ class TelegramChannel(Channel):
             raise StarlingError("the bot is not started")
         return await self.sender.send(item, progress)
 
-    async def typing(self, chat: str) -> None:
+    async def typing(self, chat: str, platform_msg_id: str) -> None:
         if self.api is not None:
             await self.sender.bot.wait()
             await self.api.call("sendChatAction", {"chat_id": chat_param(self.sender.moved.get(chat, chat)),
