@@ -141,6 +141,8 @@ class WhatsApp(_Gateway, kw_only=True):
 
 
 class Gateways(_Section, kw_only=True):
+    # an outbox row's claim by a gateway process; renewed while it sends, taken again after a crash
+    outbox_lease_s: Annotated[float, Meta(ge=1, le=3600)] = 60.0
     telegram: list[Telegram] = []
     slack: list[Slack] = []
     whatsapp: list[WhatsApp] = []
@@ -160,6 +162,7 @@ class Gateways(_Section, kw_only=True):
 
 class Scheduler(_Section, kw_only=True):
     poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
+    max_consecutive_failures: Annotated[int, Meta(ge=0, le=1000)] = 3  # then the job is disabled; 0: never
 
 
 class Retention(_Section, kw_only=True):
@@ -449,6 +452,10 @@ api_key = "openai"             # a secret's name
 model = "gpt-4o-mini"
 context_window = 128000        # tokens
 
+[gateways]
+outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed while it sends, so
+                               # after a gateway crash its messages wait this long to be taken again
+
 # Gateways: none by default. Each [[gateways.<platform>]] block is one bot/workspace/number;
 # ids are unique across all platforms ("cli" is taken) and match ^[a-z0-9][a-z0-9_-]{0,31}$.
 #
@@ -490,6 +497,7 @@ context_window = 128000        # tokens
 
 [scheduler]
 poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups
+max_consecutive_failures = 3   # a cron job that fails this often in a row is disabled, with an alert; 0: never
 
 [retention]                    # days kept before the sweeper deletes (each >= 1)
 session_days = 30

@@ -59,6 +59,10 @@ Test-side controls (methods of FakeTelegram; the same over HTTP in both modes):
   block(chat_id) / migrate(chat_id, to)   every later send to that chat fails 403 / 400 migrate
   set_rate_limit(min_interval)      a 2nd send to one chat within min_interval s is 429 (None: off)
   requests() / sent() / actions() / deliveries / pending_updates()   what was recorded, oldest first
+  injected()                        when each update was queued: {"bot", "update_id", "ts"} (time.time(),
+                                    the clock of sent()'s "ts": update -> reply latency, measured here)
+  sent(since=T) / injected(since=T) only records with ts >= T (a long run reads them as it goes, within
+                                    the MAX_RECORDED kept)
 
 Control endpoints (both modes), JSON in and out, `bot` = a bot id or token (default: the first bot):
   GET    /_control/health                       {"ok": true}
@@ -69,8 +73,9 @@ Control endpoints (both modes), JSON in and out, `bot` = a bot id or token (defa
   GET    /_control/updates[?bot=]               updates still queued (not confirmed)
   POST   /_control/errors                       script_error's arguments    GET pending | DELETE all
   GET    /_control/requests[?bot=&method=]      recorded requests           DELETE forget them
-  GET    /_control/sent[?bot=&chat_id=]         messages the bots sent      DELETE forget them
+  GET    /_control/sent[?bot=&chat_id=&since=]  messages the bots sent      DELETE forget them
   GET    /_control/actions[?bot=&chat_id=]      sendChatAction calls
+  GET    /_control/injected[?bot=&since=]       when each update was queued
   POST   /_control/files                        {"content"|"content_b64", "file_path"?, "size"?, "bot"?}
   POST   /_control/rate_limit                   {"min_interval": 1.0 | null, "retry_after"?: 1}
   POST   /_control/block {"chat_id"}            POST /_control/migrate {"chat_id", "to"}
@@ -321,6 +326,7 @@ class FakeTelegram:
         self._sent: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._actions: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._deliveries: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
+        self._injected: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._rules: list[dict[str, Any]] = []
         self._blocked: set[int] = set()
         self._migrated: dict[int, int] = {}
@@ -371,6 +377,7 @@ class FakeTelegram:
             web.get("/_control/sent", self._c_sent),
             web.delete("/_control/sent", self._c_clear_sent),
             web.get("/_control/actions", self._c_actions),
+            web.get("/_control/injected", self._c_injected),
             web.post("/_control/files", self._c_files),
             web.post("/_control/rate_limit", self._c_rate_limit),
             web.post("/_control/block", self._c_block),
@@ -439,6 +446,7 @@ class FakeTelegram:
         if isinstance(update, dict) and assign_id:
             update = {"update_id": uid, **{k: v for k, v in update.items() if k != "update_id"}}
         b.updates.append((uid, update))
+        self._injected.append({"bot": b.id, "update_id": uid, "ts": time.time()})
         b.pulse()
         return update
 
@@ -668,13 +676,19 @@ class FakeTelegram:
             if (method is None or r["method"].lower() == method.lower()) and bid in (None, r["bot"])
         ]
 
-    def sent(self, chat_id: int | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
+    def sent(self, chat_id: int | None = None, bot: int | str | None = None,
+             since: float | None = None) -> list[dict[str, Any]]:
         bid = None if bot is None else self._bot(bot).id
-        return [s for s in self._sent if chat_id in (None, s["chat_id"]) and bid in (None, s["bot"])]
+        return [s for s in self._sent if chat_id in (None, s["chat_id"]) and bid in (None, s["bot"])
+                and (since is None or s["ts"] >= since)]
 
     def actions(self, chat_id: int | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
         bid = None if bot is None else self._bot(bot).id
         return [a for a in self._actions if chat_id in (None, a["chat_id"]) and bid in (None, a["bot"])]
+
+    def injected(self, bot: int | str | None = None, since: float | None = None) -> list[dict[str, Any]]:
+        bid = None if bot is None else self._bot(bot).id
+        return [i for i in self._injected if bid in (None, i["bot"]) and (since is None or i["ts"] >= since)]
 
     @property
     def deliveries(self) -> list[dict[str, Any]]:
@@ -700,6 +714,7 @@ class FakeTelegram:
         self._sent.clear()
         self._actions.clear()
         self._deliveries.clear()
+        self._injected.clear()
         self._rules.clear()
         self._blocked.clear()
         self._migrated.clear()
@@ -1097,7 +1112,8 @@ class FakeTelegram:
     async def _c_sent(self, request: web.Request) -> web.Response:
         q = request.query
         return await _control(
-            request, lambda d: self.sent(_opt_int(q.get("chat_id")), q.get("bot")), body=False
+            request, lambda d: self.sent(_opt_int(q.get("chat_id")), q.get("bot"), _opt_float(q.get("since"))),
+            body=False,
         )
 
     async def _c_clear_sent(self, request: web.Request) -> web.Response:
@@ -1109,6 +1125,10 @@ class FakeTelegram:
         return await _control(
             request, lambda d: self.actions(_opt_int(q.get("chat_id")), q.get("bot")), body=False
         )
+
+    async def _c_injected(self, request: web.Request) -> web.Response:
+        q = request.query
+        return await _control(request, lambda d: self.injected(q.get("bot"), _opt_float(q.get("since"))), body=False)
 
     async def _c_files(self, request: web.Request) -> web.Response:
         def go(d: dict[str, Any]) -> Any:
@@ -1180,6 +1200,10 @@ def _num(p: dict[str, Any], key: str, default: float) -> float:
 
 def _opt_int(v: str | None) -> int | None:
     return None if v is None else int(v)
+
+
+def _opt_float(v: str | None) -> float | None:
+    return None if v is None else float(v)
 
 
 async def _params(request: web.Request) -> dict[str, Any]:
@@ -1325,14 +1349,18 @@ class FakeTelegramProcess(FakeServerProcess):
     def requests(self, method: str | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
         return self._call("GET", "/_control/requests", query={"method": method, "bot": bot})
 
-    def sent(self, chat_id: int | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
-        return self._call("GET", "/_control/sent", query={"chat_id": chat_id, "bot": bot})
+    def sent(self, chat_id: int | None = None, bot: int | str | None = None,
+             since: float | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/_control/sent", query={"chat_id": chat_id, "bot": bot, "since": since})
 
     def actions(self, chat_id: int | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
         return self._call("GET", "/_control/actions", query={"chat_id": chat_id, "bot": bot})
 
     def pending_updates(self, bot: int | str | None = None) -> list[Any]:
         return self._call("GET", "/_control/updates", query={"bot": bot})
+
+    def injected(self, bot: int | str | None = None, since: float | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/_control/injected", query={"bot": bot, "since": since})
 
     def webhook(self, bot: int | str | None = None) -> dict[str, Any]:
         return self._call("GET", "/_control/webhook", query={"bot": bot})

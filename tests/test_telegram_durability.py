@@ -1,0 +1,217 @@
+"""Telegram end to end under load and crashes (DESIGN "The rule of durability"): the fake Bot API, a fake
+model, the writer, runners and the gateway as real processes, long polling.
+
+- 100 messages from 10 chats: each answered exactly once, in order per chat (the fake model answers
+  ``echo: <text>``, so a reply's text names its message).
+- kill -9 of the gateway, then of a runner, then of the writer during one such stream, each started
+  again at once: nothing is lost, and a reply sent twice (the platform call in flight at a crash) is
+  counted, at most one per kill.
+
+The gateway's outbox lease is 3 s here (``[gateways] outbox_lease_s``; 60 s by default), like the
+runner's (``[runner] lease_s = 3`` in tests/telegram_stack.py), so the rows a killed gateway held come
+back in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+
+from common.db import read_tx
+from common.stores import outbox_store, turn_store
+from tests.procs import wait_until
+from tests.telegram_stack import stack
+
+INSTANCE = "tg"
+USERS = list(range(1001, 1011))  # ten private chats (a private chat's id is its user's id)
+PER_CHAT = 10
+GATEWAY = (
+    "[gateways]\noutbox_lease_s = 3\n"
+    f'[[gateways.telegram]]\nid = "{INSTANCE}"\ntoken = "tg-token"\napi_base = "{{TG}}"\n'
+    f"allow = [{', '.join(map(str, USERS))}]\n"
+)
+ANSWER_TIMEOUT_S = 45.0
+SETTLE_S = 1.5  # after the last expected reply: long enough for a late duplicate to show
+
+
+def text_of(user: int, k: int) -> str:
+    return f"chat {user} message {k}"
+
+
+def replies_by_chat(s) -> dict[int, list[str]]:
+    by_chat: dict[int, list[str]] = defaultdict(list)
+    for record in s.tg.sent():
+        by_chat[record["chat_id"]].append(record["text"])
+    return by_chat
+
+
+def wait_answered(s, expected: dict[int, list[str]], timeout: float = ANSWER_TIMEOUT_S) -> None:
+    want = {f"echo: {t}" for texts in expected.values() for t in texts}
+
+    def done() -> bool:
+        return want <= {r["text"] for r in s.tg.sent()}
+
+    try:
+        wait_until(done, timeout=timeout, interval=0.2, what="every message to be answered")
+    except AssertionError:
+        missing = sorted(want - {r["text"] for r in s.tg.sent()})
+        raise AssertionError(f"{len(missing)} messages unanswered after {timeout}s, e.g. {missing[:5]};"
+                             f" gateway log tail:\n{s.gateway.log_text()[-3000:]}") from None
+    time.sleep(SETTLE_S)
+
+
+def check_database(s, expected: dict[int, list[str]]) -> dict[str, int]:
+    """Every message is one user turn (a redelivered update is never a second turn), in order, and has one
+    outbox row, sent. Returns {"retaken_turns": user turns claimed more than once}."""
+    retaken = 0
+    with read_tx(s.reader()) as conn:
+        for user, texts in expected.items():
+            turns = turn_store.user_turns_for_chat(conn, INSTANCE, str(user))
+            assert [t.content for t in turns] == texts, f"chat {user}: user turns"
+            assert [t.state for t in turns] == ["done"] * len(texts), f"chat {user}: turn states"
+            retaken += sum(t.attempts > 1 for t in turns)
+            rows = outbox_store.for_chat(conn, INSTANCE, str(user))
+            assert [r.body for r in rows] == [f"echo: {t}" for t in texts], f"chat {user}: outbox rows"
+            assert [r.state for r in rows] == ["sent"] * len(texts), f"chat {user}: outbox states"
+    return {"retaken_turns": retaken}
+
+
+def log_events(text: str, event: str) -> list[dict]:
+    found = []
+    for line in text.splitlines():
+        if f'"event":"{event}"' in line:
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                pass
+    return found
+
+
+def test_hundred_messages_from_ten_chats_answered_once_in_order():
+    expected = {u: [text_of(u, k) for k in range(PER_CHAT)] for u in USERS}
+    with stack(gateway=GATEWAY) as s:
+        s.start_gateway()
+        for k in range(PER_CHAT):  # interleaved, as fast as the fake takes them
+            for u in USERS:
+                s.tg.message(expected[u][k], user=u)
+        wait_answered(s, expected)
+
+        got = replies_by_chat(s)
+        assert sorted(got) == USERS
+        for u in USERS:
+            assert got[u] == [f"echo: {t}" for t in expected[u]], f"chat {u}"
+        assert len(s.tg.sent()) == len(USERS) * PER_CHAT
+        check_database(s, expected)
+        assert s.tg.pending_updates() == []  # every update confirmed to Telegram (offset advanced past it)
+
+
+# When each chat sends its messages (s from the start): four faster than Telegram's pace of one reply a
+# second per chat, so the gateway holds claimed rows waiting for their turn when it is killed, then
+# slower than that pace, so the backlog drains while the stream goes on.
+SCHEDULE = [0.0, 0.5, 1.0, 1.5, 2.9, 4.3, 5.7, 7.1, 8.5, 9.9]
+SPREAD_S = 1.4  # chats start spread over this, so replies are not sent in bursts (a burst would widen
+#                 the window in which one kill repeats several replies)
+
+
+class Feeder(threading.Thread):
+    """Each chat sends PER_CHAT messages at SCHEDULE's times, chat i starting i * SPREAD_S / 10 s late."""
+
+    def __init__(self, tg) -> None:
+        super().__init__(daemon=True)
+        self.tg = tg
+        self.sent: dict[int, list[str]] = defaultdict(list)
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        plan = sorted((start + at + i * SPREAD_S / len(USERS), u, k)
+                      for k, at in enumerate(SCHEDULE) for i, u in enumerate(USERS))
+        try:
+            for at, user, k in plan:
+                if self.stop.wait(max(0.0, at - time.monotonic())):
+                    return
+                self.tg.message(text_of(user, k), user=user)
+                self.sent[user].append(text_of(user, k))
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def runner_busy(s, pid: int) -> bool:
+    """Whether the runner ``pid`` holds a turn it has not finished (its log: turn_claimed > turn_done)."""
+    text = s.runners[0].log_text()
+    claimed = sum(e.get("pid") == pid for e in log_events(text, "turn_claimed"))
+    done = sum(e.get("pid") == pid for e in log_events(text, "turn_done"))
+    return claimed > done
+
+
+def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
+    with stack(gateway=GATEWAY, runners=2) as s:
+        # a model that takes 0.3 s, so the runners hold turns when one is killed
+        s.fake_model.add(*[{"delay": 0.3}] * 400)
+        s.start_gateway()
+        reader = s.reader()
+
+        def held_rows() -> int:
+            with read_tx(reader) as conn:
+                return outbox_store.count_by_state(conn).get("claimed", 0)
+
+        feeder = Feeder(s.tg)
+        kills: list[tuple[str, float]] = []
+        feeder.start()
+        try:
+            time.sleep(2.0)
+            wait_until(lambda: held_rows() >= 3, timeout=5, what="the gateway to hold outbox rows")
+            kills.append(("gateway", time.time()))
+            s.kill_gateway()
+
+            time.sleep(3.0)
+            victim = s.runners[0].pid
+            wait_until(lambda: runner_busy(s, victim), timeout=5, what="runner-0 to hold a turn")
+            kills.append(("runner", time.time()))
+            s.kill_runner(0)
+
+            time.sleep(2.5)
+            kills.append(("writer", time.time()))
+            s.kill_writer()
+        except BaseException:
+            feeder.stop.set()
+            raise
+        finally:
+            feeder.join(timeout=30)
+        assert feeder.error is None, feeder.error
+        assert not feeder.is_alive()
+        expected = dict(feeder.sent)
+        assert sum(map(len, expected.values())) == len(USERS) * PER_CHAT
+        wait_answered(s, expected)
+
+        records = s.tg.sent()
+        counts = Counter(r["text"] for r in records)
+        # answered, each in order (a repeat comes right after its first copy: a chat's head row is resent)
+        got = replies_by_chat(s)
+        for u in USERS:
+            assert list(dict.fromkeys(got[u])) == [f"echo: {t}" for t in expected[u]], f"chat {u}: {got[u]}"
+        assert max(counts.values()) <= 2, {t: n for t, n in counts.items() if n > 2}
+
+        # each repeat belongs to the kill between its two copies
+        per_kill = {name: 0 for name, _ in kills}
+        for text, n in counts.items():
+            if n == 2:
+                first, second = sorted(r["ts"] for r in records if r["text"] == text)
+                between = [name for name, at in kills if first <= at <= second]
+                key = between[-1] if between else "none"
+                per_kill[key] = per_kill.get(key, 0) + 1
+        retaken_rows = len(log_events(s.gateway.log_text(), "outbox_retaken"))
+        db = check_database(s, expected)
+        print(f"\nduplicates per kill: {per_kill} (total {sum(per_kill.values())});"
+              f" outbox rows retaken by the restarted gateway: {retaken_rows};"
+              f" turns retaken after the runner kill: {db['retaken_turns']}")
+        assert per_kill.get("none", 0) == 0, per_kill
+        assert all(n <= 1 for n in per_kill.values()), per_kill
+        assert retaken_rows >= 3  # the rows the killed gateway held, taken again once its lease ran out
+        assert db["retaken_turns"] >= 1  # the killed runner held a turn, and another runner finished it
+        assert s.tg.pending_updates() == []
+        for proc in (s.gateway, s.writer, *s.runners):
+            assert proc.alive(), proc.log_text()[-2000:]
