@@ -86,11 +86,21 @@ def test_a_message_gets_its_reply_as_formatted_text(tg):
     tg.tg.message("hello **there**", user=100)
     [reply] = tg.replies(100, 1)
     assert ("echo: hello <b>there</b>", "HTML") == (reply["text"], reply["parse_mode"])
-    wait_until(lambda: any(a.get("action") == "typing" for a in tg.tg.actions(chat_id=100)), 5,
-               what="a typing action")
     [row] = settled(tg, 100)
     assert ("sent", str(reply["message_id"])) == (row.state, row.platform_msg_id)
     assert ["hello **there**"] == user_turns(tg, 100)
+
+
+def test_typing_shows_while_the_agent_works_and_not_for_quick_answers(tg):
+    tg.tg.message("quick", user=116)
+    tg.replies(116, 1)
+    tg.fake_model.add({"delay": 6.0, "text": "slow answer"})
+    tg.tg.message("slow", user=117)
+    assert "slow answer" == tg.replies(117, 1, timeout=30)[0]["text"]
+    actions = [a["ts"] for a in tg.tg.actions(chat_id=117) if a.get("action") == "typing"]
+    assert 2 <= len(actions) <= 3  # after 1 s, then every 4 s while the turn runs
+    time.sleep(1.0)
+    assert [] == tg.tg.actions(chat_id=116)
 
 
 def test_a_redelivered_message_is_never_a_second_turn(tg):

@@ -147,3 +147,19 @@ def test_a_long_message_resumes_after_the_parts_already_sent():
 class _Log:
     def __getattr__(self, name):
         return lambda *a, **k: None
+
+
+def test_a_restarted_gateway_takes_back_what_its_predecessor_held(tmp_path):
+    import socket as _socket
+
+    with stack() as s:
+        async def held_by_a_dead_gateway():
+            async with s.home.client("test") as c:
+                await c.call(m.EnqueueOutbox(instance="tg", chat=str(OWNER), replies=[m.Reply(text="left behind")]))
+                claim = await c.call(m.ClaimOutbox(worker=f"gateway-telegram@{_socket.gethostname()}",
+                                                   instances=["tg"], lease_s=3600))
+                return claim.items
+
+        assert 1 == len(asyncio.run(held_by_a_dead_gateway()))  # leased for an hour to "the previous process"
+        s.start_gateway()
+        assert "left behind" == s.replies(OWNER, 1, timeout=10)[0]["text"]

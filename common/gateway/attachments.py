@@ -61,3 +61,27 @@ def describe(kind: str, path: Path | None, size: int, note: str = "") -> str:
     if path is None:
         return f"[{kind} not saved: {note}]"
     return f"[{kind} attached: {path} ({size / 1024:.0f} KB)]"
+
+
+async def attach(msg, kind: str, name: str, size: int, cap: int, attachments_dir: Path, agent: str, when: float,
+                 open_chunks, log) -> None:
+    """Fetch one file of an inbound message into the attachments folder and tell the agent about it:
+    ``open_chunks()`` gives the download (an async iterator of bytes); ``size`` is what the platform
+    announced (0: unknown). Over the cap, or failing, the agent is told why instead."""
+    note = ""
+    if size > cap:
+        note = f"{_mb(size)} is over the {_mb(cap)} limit"
+    else:
+        path = target(attachments_dir, agent, when, name)
+        try:
+            saved = await save(await open_chunks(), path, cap)
+        except TooLarge as exc:
+            note = str(exc)
+        except (StarlingError, OSError, KeyError, TypeError, ValueError) as exc:
+            note = f"could not be fetched ({exc})"
+        else:
+            msg.attachments.append(str(path))
+            msg.text = f"{msg.text}\n{describe(kind, path, saved)}".strip()
+            return
+    log.warning("attachment_skipped", kind=kind, reason=note)
+    msg.text = f"{msg.text}\n{describe(kind, None, size, note)}".strip()

@@ -43,6 +43,7 @@ class Deliverer:
         instances = list(gw.channels)
         events = bus.EventSubscriber(gw.svc.endpoints.events, gw.svc.key, [m.topic_outbox(i) for i in instances])
         events.start()
+        await self._take_back()
         pump = asyncio.create_task(self._pump(events))
         try:
             while True:
@@ -59,6 +60,14 @@ class Deliverer:
         finally:
             pump.cancel()
             events.close()
+
+    async def _take_back(self) -> None:
+        """Rows a previous process under this name held (it was killed): pending again now, not after
+        their leases. The call they were in may have reached the platform: counted as retaken."""
+        try:
+            await self.gateway.call(m.ReleaseOutbox(ids=[], worker=self.worker, all_held=True))
+        except StarlingError as exc:
+            self.log.warning("outbox_take_back_failed", error=str(exc))
 
     async def _pump(self, events: bus.EventSubscriber) -> None:
         while True:

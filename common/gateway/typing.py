@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from common.gateway.channel import Channel
 
 EVERY_S = 4.0   # Telegram shows a chat action for 5 s; Slack and WhatsApp for longer
+FIRST_AFTER_S = 1.0  # a quick answer needs no sign: the first one goes after this
 MAX_S = 600.0
 WORKING = ("pending", "claimed")
 
@@ -45,6 +46,7 @@ class Typing:
         deadline = time.monotonic() + MAX_S
         shown: list[str] = []
         try:
+            await asyncio.sleep(FIRST_AFTER_S)
             while time.monotonic() < deadline and self._working(self._turns[key][0]):
                 msg_id = self._turns[key][1]
                 if msg_id not in shown:

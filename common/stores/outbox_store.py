@@ -53,6 +53,7 @@ RELEASE = (
     "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL,"
     " attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 )
+HELD_BY = "SELECT id FROM outbox WHERE state = 'claimed' AND lease_owner = ?"
 GET = (
     "SELECT id, instance, chat, kind, body, file_path, state, attempts, error, platform_msg_id,"
     " created_at, sent_at FROM outbox WHERE id = ?"
@@ -164,6 +165,10 @@ def mark_failed(
 def release(conn: apsw.Connection, outbox_id: int, worker: str) -> bool:
     conn.execute(RELEASE, (outbox_id, worker))
     return conn.changes() > 0
+
+
+def held_by(conn: apsw.Connection, worker: str) -> list[int]:
+    return [row[0] for row in conn.execute(HELD_BY, (worker,))]
 
 
 def get(conn: apsw.Connection, outbox_id: int) -> Row | None:

@@ -171,24 +171,12 @@ class TelegramChannel(Channel):
         """Download the message's files (only once the sender is known to be allowed)."""
         cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
         for ref in parsed.files:
-            note = ""
-            if ref.size > cap:
-                note = f"{ref.size / 1_048_576:.1f} MB is over the {self.cfg.max_attachment_mb:g} MB limit"
-            else:
-                try:
-                    info = await self.api.call("getFile", {"file_id": ref.file_id})
-                    path = attachments.target(self.gateway.paths.attachments_dir, self.agent, parsed.date or 0,
-                                              f"{msg.platform_msg_id}-{ref.name}")
-                    size = await attachments.save(self.api.download(str(info["file_path"])), path, cap)
-                    msg.attachments.append(str(path))
-                    msg.text = f"{msg.text}\n{attachments.describe(ref.kind, path, size)}".strip()
-                    continue
-                except attachments.TooLarge as exc:
-                    note = str(exc)
-                except (ApiError, NetworkError, KeyError, TypeError, OSError) as exc:
-                    note = f"could not be fetched ({exc})"
-            self.log.warning("attachment_skipped", kind=ref.kind, reason=note)
-            msg.text = f"{msg.text}\n{attachments.describe(ref.kind, None, ref.size, note)}".strip()
+            async def chunks(ref=ref):
+                info = await self.api.call("getFile", {"file_id": ref.file_id})
+                return self.api.download(str(info["file_path"]))
+
+            await attachments.attach(msg, ref.kind, f"{msg.platform_msg_id}-{ref.name}", ref.size, cap,
+                                     self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log)
 
     async def on_webhook(self, request: web.Request) -> web.Response:
         """A POST from Telegram: the secret header checked in constant time; 200 only once the writer acked."""
@@ -216,8 +204,8 @@ class TelegramChannel(Channel):
         return await self.sender.send(item, progress)
 
     async def typing(self, chat: str, platform_msg_id: str) -> None:
-        if self.api is not None:
-            await self.sender.bot.wait()
+        # best effort: never spend the bot's message budget on a sign (replies first)
+        if self.api is not None and self.sender.bot.delay() == 0:
             await self.api.call("sendChatAction", {"chat_id": chat_param(self.sender.moved.get(chat, chat)),
                                                    "action": "typing"}, timeout=10)
 

@@ -20,7 +20,24 @@ import html
 import re
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
+
+from common.gateway.text import (
+    BACKTICKS as _BACKTICKS,
+    BULLET as _BULLET,
+    CODE_SPAN as _CODE_SPAN,
+    EMPHASIS,
+    ESCAPABLE as _ESCAPABLE,
+    FENCE_CLOSE as _FENCE_CLOSE,
+    FENCE_OPEN as _FENCE_OPEN,
+    HEADING as _HEADING,
+    LANGUAGE as _LANGUAGE,
+    LINK as _LINK,
+    QUOTE as _QUOTE,
+    collapse_blank,
+    lines_of,
+    safe_url,
+    utf16_len,
+)
 
 TELEGRAM_TEXT_LIMIT: Final = 4096
 LINK_SCHEMES: Final = frozenset({"http", "https", "tg", "mailto"})
@@ -34,41 +51,16 @@ _MAX_NESTING: Final = (
 )
 
 
-def utf16_len(text: str) -> int:
-    """Length of `text` in UTF-16 code units, the unit Telegram counts in (astral characters count 2)."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
 # --- Markdown to HTML -------------------------------------------------------------------------
 
-_FENCE_OPEN = re.compile(r" {0,3}(`{3,})[ \t]*([^`]*)")
-_FENCE_CLOSE = re.compile(r" {0,3}(`{3,})[ \t]*")
-_LANGUAGE = re.compile(r"[A-Za-z0-9_+#.-]{1,32}")
-_QUOTE = re.compile(r" {0,3}> ?(.*)")
-_HEADING = re.compile(r" {0,3}#{1,6}[ \t]+(.*?)[ \t#]*")
-_BULLET = re.compile(r"([ \t]*)[-*+][ \t]+(.*)")
-
 _SPECIAL = re.compile(r"[\\`*_~\[]|(?<![\w/])(?:https?|tg)://")
-_CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
-_BACKTICKS = re.compile(r"`+")
-_LINK = re.compile(
-    r"\[([^\[\]\n]+)\]\([ \t]*([^\s()]+(?:\([^\s()]*\)[^\s()]*)*)[ \t]*\)"
-)
 _BARE_URL = re.compile(r"(?:https?|tg)://[^\s<>\"]+")
-_ESCAPABLE = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+_TAGS: Final = {"bold": "b", "italic": "i", "strike": "s"}
 
-# Per delimiter character: (tag, pattern, must not follow a letter or digit). Single * and _ only
-# count at word boundaries, so "2*3*4" and "snake_case_name" stay literal.
+# Per delimiter character: (tag, pattern, must not follow a letter or digit); the patterns are shared.
 _EMPHASIS: Final = {
-    "*": (
-        ("b", re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*(?!\*)"), False),
-        ("i", re.compile(r"\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?!\w)"), True),
-    ),
-    "_": (
-        ("b", re.compile(r"__(?=\S)(.+?)(?<=\S)__(?!\w)"), True),
-        ("i", re.compile(r"_(?=[^\s_])(.+?)(?<=[^\s_])_(?!\w)"), True),
-    ),
-    "~": (("s", re.compile(r"~~(?=\S)(.+?)(?<=\S)~~"), False),),
+    char: tuple((_TAGS[style], pattern, boundary) for style, pattern, boundary in rules)
+    for char, rules in EMPHASIS.items()
 }
 
 
@@ -81,18 +73,7 @@ def _attr(s: str) -> str:
 
 
 def _safe_url(url: str) -> bool:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return False
-    scheme = parts.scheme.lower()
-    if scheme not in LINK_SCHEMES:
-        return False
-    return (
-        bool(parts.netloc)
-        if scheme in ("http", "https")
-        else bool(parts.path or parts.netloc)
-    )
+    return safe_url(url, LINK_SCHEMES)
 
 
 def _inline(s: str, links: bool = True, depth: int = 0) -> str:
@@ -195,7 +176,7 @@ def to_html(markdown: str) -> str:
     Lines stay lines (Telegram renders newlines); runs of blank lines collapse to one. Bullets
     become "• item"; "#" headings become bold lines. A fence without a closing ``` runs to the end.
     """
-    lines = markdown.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = lines_of(markdown)
     blocks: list[str] = []
     i = 0
     while i < len(lines):
@@ -224,16 +205,7 @@ def to_html(markdown: str) -> str:
         else:
             blocks.append(_line(line))
             i += 1
-    kept: list[str] = []
-    for block in blocks:
-        if not block.strip():
-            if kept and kept[-1]:
-                kept.append("")
-        else:
-            kept.append(block)
-    while kept and not kept[-1]:
-        kept.pop()
-    return "\n".join(kept)
+    return collapse_blank(blocks)
 
 
 # --- Splitting --------------------------------------------------------------------------------
