@@ -153,10 +153,12 @@ class OutboxProgress(Msg):
 
 
 class ReleaseOutbox(Msg):
-    """A gateway hands claimed rows back untouched (shutdown)."""
+    """A gateway hands claimed rows back untouched (shutdown). ``all_held``: every row ``worker`` holds,
+    whatever ``ids`` says (a restarted gateway taking its predecessor's rows back at once)."""
 
     ids: list[Int]
     worker: str
+    all_held: bool = False
 
 
 class Heartbeat(Msg):

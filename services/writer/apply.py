@@ -96,7 +96,7 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
                 raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
             return m.Done()
         case m.ReleaseOutbox():
-            for outbox_id in op.ids:
+            for outbox_id in (outbox_store.held_by(conn, op.worker) if op.all_held else op.ids):
                 row = outbox_store.get(conn, outbox_id)
                 if row is not None and outbox_store.release(conn, outbox_id, op.worker):
                     events.append((m.topic_outbox(row.instance), m.OutboxPending,
