@@ -1,116 +1,43 @@
-"""A whole Starling for Telegram tests: the fake Bot API, a fake model, the writer, runners and the
-Telegram gateway, each a real process started as in production. Every process is stopped at the end.
-
-Crash tests: ``kill_gateway()``, ``kill_runner(i)`` and ``kill_writer()`` kill -9 one process and start it
-again as production would (the writer answering a ping, the gateway ready), returning the new Proc."""
+"""A whole Starling for Telegram tests (tests/gateway_stack.py) around the fake Bot API."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
 
-from common import db
-from common.personas import create_pack
-from common.secrets import set_secret
-from tests.fake_models import FakeModelsProcess
 from tests.fake_telegram import DEFAULT_TOKEN, FakeTelegramProcess
-from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
+from tests.gateway_stack import GatewayStack
+from tests.procs import wait_until
 
 OWNER = 42  # the allowed user in every stack
 
 
-def config(model_url: str, tg_url: str, extra: str = "", gateway: str = "") -> str:
-    return (
-        "[runner]\nprocesses = 1\nlease_s = 3\n"
-        "[providers.default]\n"
-        f'kind = "openai"\nbase_url = "{model_url}"\napi_key = "openai"\nmodel = "fake-model"\n'
-        "context_window = 100000\n"
-        "[health]\nheartbeat_interval_ms = 1000\n"
-        + (gateway or f'[[gateways.telegram]]\nid = "tg"\ntoken = "tg-token"\napi_base = "{tg_url}"\n'
-                      f"allow = [{OWNER}]\n")
-        + extra
-    )
+class Stack(GatewayStack):
+    service = "gateway_telegram"
 
-
-class Stack:
     def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", tokens=(DEFAULT_TOKEN,),
                  runners: int = 1) -> None:
-        self.fake_model = self.tg = self.writer = self.gateway = None
-        self.runners: list[Proc] = []
-        self.extra_procs: list[Proc] = []
-        self._gateway_args: tuple[str, ...] = ()
-        home = self.home = make_home("", root=root)
-        try:  # a failed start stops what did start
-            self.fake_model = FakeModelsProcess(home.root / "fake-model").start()
-            self.tg = FakeTelegramProcess(home.root / "fake-tg", tokens=list(tokens)).start()
-            gateway = gateway.replace("{TG}", self.tg.url)
-            self.home = make_home(config(self.fake_model.openai_url, self.tg.url, extra, gateway), root=home.root)
-            set_secret(self.home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-            set_secret(self.home.paths.secrets_file, "tg-token", tokens[0])
-            for i, token in enumerate(tokens[1:], start=2):
-                set_secret(self.home.paths.secrets_file, f"tg-token-{i}", token)
-            create_pack(self.home.paths, "default")
-            self.writer = start_writer(self.home)
-            self.runners = [Proc(self.home, "runner", "--name", f"runner-{i}") for i in range(runners)]
-        except BaseException:
-            self.stop()
-            raise
+        self.tokens = list(tokens)
+        super().__init__(root, extra, gateway, runners)
 
-    def start_gateway(self, *args: str, wait_ready: bool = True) -> Proc:
-        log_file = self.home.paths.logs_dir / "gateway_telegram.log"
-        start = log_file.stat().st_size if log_file.exists() else 0  # a restart appends to the same log
-        self._gateway_args = args
-        self.gateway = Proc(self.home, "gateway_telegram", *args)
-        if wait_ready:
-            wait_until(lambda: '"event":"ready"' in self.gateway.log_text()[start:] or not self.gateway.alive(),
-                       timeout=20, what="the gateway to be ready")
-            assert self.gateway.alive(), self.gateway.log_text()[-3000:]
-        return self.gateway
+    @property
+    def tg(self) -> FakeTelegramProcess:
+        return self.fake
 
-    def kill_gateway(self, restart: bool = True) -> Proc | None:
-        """kill -9 the gateway; started again (same arguments) and ready, unless ``restart`` is False."""
-        _kill(self.gateway)
-        self.gateway = None
-        return self.start_gateway(*self._gateway_args) if restart else None
+    def start_fake(self, root: Path, **kw) -> FakeTelegramProcess:
+        return FakeTelegramProcess(root / "fake-tg", tokens=self.tokens).start()
 
-    def kill_runner(self, index: int = 0, restart: bool = True) -> Proc | None:
-        """kill -9 runner ``index``; started again under the same name unless ``restart`` is False."""
-        _kill(self.runners[index])
-        if not restart:
-            return None
-        self.runners[index] = Proc(self.home, "runner", "--name", f"runner-{index}")
-        return self.runners[index]
-
-    def kill_writer(self, restart: bool = True) -> Proc | None:
-        """kill -9 the writer; started again and answering a ping unless ``restart`` is False."""
-        _kill(self.writer)
-        self.writer = None
-        if restart:
-            self.writer = start_writer(self.home)
-        return self.writer
-
-    def reader(self):
-        return db.open_reader(self.home.paths.db_file)
+    def gateway_config(self, gateway: str) -> tuple[str, dict[str, str]]:
+        text = gateway.replace("{TG}", self.fake.url) or (
+            f'[[gateways.telegram]]\nid = "tg"\ntoken = "tg-token"\napi_base = "{self.fake.url}"\nallow = [{OWNER}]\n')
+        secrets = {"tg-token": self.tokens[0]}
+        secrets.update({f"tg-token-{i}": t for i, t in enumerate(self.tokens[1:], start=2)})
+        return text, secrets
 
     def replies(self, chat_id: int, count: int, timeout: float = 20.0) -> list[dict]:
         wait_until(lambda: len(self.tg.sent(chat_id=chat_id)) >= count, timeout=timeout,
                    what=f"{count} messages to chat {chat_id}")
         return self.tg.sent(chat_id=chat_id)
-
-    def stop(self) -> None:
-        for proc in [self.gateway, *self.extra_procs, *self.runners, self.writer]:
-            if proc is not None:
-                proc.stop()
-        for fake in (self.tg, self.fake_model):
-            if fake is not None:
-                fake.stop()
-        remove_home(self.home)
-
-
-def _kill(proc: Proc | None) -> None:
-    if proc is not None:
-        proc.kill9()
-        proc.stop()  # closes its log file; the process is gone already
 
 
 @contextlib.contextmanager

@@ -53,6 +53,10 @@ RELEASE = (
     "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL,"
     " attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 )
+TAKE_BACK = (  # a crashed holder's rows: its attempt counts (the call it was in may have gone out)
+    "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL"
+    " WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
 HELD_BY = "SELECT id FROM outbox WHERE state = 'claimed' AND lease_owner = ?"
 GET = (
     "SELECT id, instance, chat, kind, body, file_path, state, attempts, error, platform_msg_id,"
@@ -162,8 +166,9 @@ def mark_failed(
     return conn.changes() > 0
 
 
-def release(conn: apsw.Connection, outbox_id: int, worker: str) -> bool:
-    conn.execute(RELEASE, (outbox_id, worker))
+def release(conn: apsw.Connection, outbox_id: int, worker: str, untouched: bool = True) -> bool:
+    """Back to pending. ``untouched``: the holder never tried it, so the attempt is given back too."""
+    conn.execute(RELEASE if untouched else TAKE_BACK, (outbox_id, worker))
     return conn.changes() > 0
 
 

@@ -1,0 +1,111 @@
+"""A whole Starling around one gateway for end-to-end tests: a fake platform and a fake model (each a
+process of its own), the writer, runners and the gateway, each started as in production. Every process
+is stopped at the end, whatever happens.
+
+Crash tests: ``kill_gateway()``, ``kill_runner(i)`` and ``kill_writer()`` kill -9 one process and start it
+again as production would (the writer answering a ping, the gateway ready), returning the new Proc.
+A platform's stack subclasses `GatewayStack`: it starts its fake in ``start_fake`` and returns the
+gateway's config and secrets from ``gateway_config``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common import db
+from common.personas import create_pack
+from common.secrets import set_secret
+from tests.fake_models import FakeModelsProcess
+from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
+
+
+def base_config(model_url: str) -> str:
+    return (
+        "[runner]\nprocesses = 1\nlease_s = 3\n"
+        "[providers.default]\n"
+        f'kind = "openai"\nbase_url = "{model_url}"\napi_key = "openai"\nmodel = "fake-model"\n'
+        "context_window = 100000\n"
+        "[health]\nheartbeat_interval_ms = 1000\n"
+    )
+
+
+class GatewayStack:
+    service = ""  # e.g. "gateway_telegram"
+
+    def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", runners: int = 1, **fake) -> None:
+        self.fake_model = self.fake = self.writer = self.gateway = None
+        self.runners: list[Proc] = []
+        self.extra_procs: list[Proc] = []
+        self._gateway_args: tuple[str, ...] = ()
+        home = self.home = make_home("", root=root)
+        try:  # a failed start stops what did start
+            self.fake_model = FakeModelsProcess(home.root / "fake-model").start()
+            self.fake = self.start_fake(home.root, **fake)
+            gateway_text, secrets = self.gateway_config(gateway)
+            self.home = make_home(base_config(self.fake_model.openai_url) + gateway_text + extra, root=home.root)
+            set_secret(self.home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
+            for name, value in secrets.items():
+                set_secret(self.home.paths.secrets_file, name, value)
+            create_pack(self.home.paths, "default")
+            self.writer = start_writer(self.home)
+            self.runners = [Proc(self.home, "runner", "--name", f"runner-{i}") for i in range(runners)]
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_fake(self, root: Path, **kw):
+        raise NotImplementedError
+
+    def gateway_config(self, gateway: str) -> tuple[str, dict[str, str]]:
+        """(the [[gateways.x]] TOML, given or the default one, and the secrets it names)."""
+        raise NotImplementedError
+
+    def start_gateway(self, *args: str, wait_ready: bool = True) -> Proc:
+        log_file = self.home.paths.logs_dir / f"{self.service}.log"
+        start = log_file.stat().st_size if log_file.exists() else 0  # a restart appends to the same log
+        self._gateway_args = args
+        self.gateway = Proc(self.home, self.service, *args)
+        if wait_ready:
+            wait_until(lambda: '"event":"ready"' in self.gateway.log_text()[start:] or not self.gateway.alive(),
+                       timeout=20, what="the gateway to be ready")
+            assert self.gateway.alive(), self.gateway.log_text()[-3000:]
+        return self.gateway
+
+    def kill_gateway(self, restart: bool = True) -> Proc | None:
+        """kill -9 the gateway; started again (same arguments) and ready, unless ``restart`` is False."""
+        _kill(self.gateway)
+        self.gateway = None
+        return self.start_gateway(*self._gateway_args) if restart else None
+
+    def kill_runner(self, index: int = 0, restart: bool = True) -> Proc | None:
+        """kill -9 runner ``index``; started again under the same name unless ``restart`` is False."""
+        _kill(self.runners[index])
+        if not restart:
+            return None
+        self.runners[index] = Proc(self.home, "runner", "--name", f"runner-{index}")
+        return self.runners[index]
+
+    def kill_writer(self, restart: bool = True) -> Proc | None:
+        """kill -9 the writer; started again and answering a ping unless ``restart`` is False."""
+        _kill(self.writer)
+        self.writer = None
+        if restart:
+            self.writer = start_writer(self.home)
+        return self.writer
+
+    def reader(self):
+        return db.open_reader(self.home.paths.db_file)
+
+    def stop(self) -> None:
+        for proc in [self.gateway, *self.extra_procs, *self.runners, self.writer]:
+            if proc is not None:
+                proc.stop()
+        for fake in (self.fake, self.fake_model):
+            if fake is not None:
+                fake.stop()
+        remove_home(self.home)
+
+
+def _kill(proc: Proc | None) -> None:
+    if proc is not None:
+        proc.kill9()
+        proc.stop()  # closes its log file; the process is gone already
