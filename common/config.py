@@ -123,6 +123,7 @@ class Slack(_Gateway, kw_only=True):
     signing_secret: SecretName = "slack-signing"
     api_base: str = "https://slack.com/api"
     listen: str = "127.0.0.1:7831"
+    ping_interval_s: Annotated[float, Meta(ge=0.2, le=300)] = 10.0  # socket mode: no pong in half of it: reconnect
 
 
 class WhatsApp(_Gateway, kw_only=True):
@@ -480,8 +481,9 @@ outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed
 # app_token = "slack-app"      #   the xapp-... app token (socket mode),
 # signing_secret = "slack-signing"   # the signing secret (events mode)
 # api_base = "https://slack.com/api"
-# listen = "127.0.0.1:7831"    # events mode: where the events server binds
+# listen = "127.0.0.1:7831"    # events mode: where the events server binds (POST /slack/<id>/events)
 # allow = []                   # user ids (and channel ids)
+# ping_interval_s = 10         # socket mode: a socket that misses a pong for half of this is replaced
 #
 # [[gateways.whatsapp]]
 # id = "phone"

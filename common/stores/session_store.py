@@ -52,6 +52,12 @@ def open_session(conn: apsw.Connection, agent: str, instance: str, chat: str, no
     return session_id
 
 
+def mapped(conn: apsw.Connection, agent: str, instance: str, chat: str) -> int | None:
+    """The open session a chat of an instance talks in, if it has one."""
+    row = conn.execute(MAPPED, (agent, instance, chat)).fetchone()
+    return None if row is None else int(row[0])
+
+
 def close(conn: apsw.Connection, session_id: int, reason: str, now: float) -> bool:
     """End a conversation (/new, reset): the next message in its chat opens a fresh session."""
     conn.execute(CLOSE, (now, reason, session_id))

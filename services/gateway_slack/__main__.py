@@ -1,7 +1,8 @@
-"""`python -m services.gateway_slack`: the Slack gateway (a placeholder until the Slack issue lands)."""
+"""`python -m services.gateway_slack [--instance ID ...]`: the Slack gateway."""
 
 import sys
 
-from common.runtime import run_gateway_placeholder
+from common.gateway.base import main
+from services.gateway_slack.channel import SlackChannel
 
-sys.exit(run_gateway_placeholder("slack"))
+sys.exit(main("slack", SlackChannel))
