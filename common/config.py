@@ -134,6 +134,8 @@ class WhatsApp(_Gateway, kw_only=True):
     verify_token: SecretName = "whatsapp-verify"
     api_base: str = "https://graph.facebook.com/v21.0"
     listen: str = "127.0.0.1:7832"
+    template: str = ""  # an approved template sent when a reply falls outside the 24-hour window ("" = none)
+    template_language: str = "en_US"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -494,8 +496,10 @@ outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed
 # app_secret = "whatsapp-app-secret"
 # verify_token = "whatsapp-verify"
 # api_base = "https://graph.facebook.com/v21.0"
-# listen = "127.0.0.1:7832"    # webhook server
+# listen = "127.0.0.1:7832"    # webhook server (GET and POST /whatsapp/<id>/webhook)
 # allow = []                   # E.164 numbers
+# template = ""                # an approved template for replies outside the 24-hour window; "" = fail them
+# template_language = "en_US"
 
 [scheduler]
 poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups

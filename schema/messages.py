@@ -152,6 +152,16 @@ class OutboxProgress(Msg):
     platform_msg_id: str = ""
 
 
+class RecordDelivery(Msg):
+    """A platform's delivery status for a message it accepted (WhatsApp: sent, delivered, read, failed),
+    found by the platform's message id. Statuses come in any order; a later stage never goes back."""
+
+    instance: str
+    platform_msg_id: str
+    status: str
+    error: str = ""
+
+
 class ReleaseOutbox(Msg):
     """A gateway hands claimed rows back untouched (shutdown). ``all_held``: every row ``worker`` holds,
     whatever ``ids`` says (a restarted gateway taking its predecessor's rows back at once)."""
@@ -325,6 +335,7 @@ WriteOp = (
     | OutboxFailed
     | ReleaseOutbox
     | OutboxProgress
+    | RecordDelivery
     | Heartbeat
     | Ping
     | Checkpoint

@@ -102,14 +102,15 @@ class FakeServerProcess:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _call(self, method: str, path: str, data: Any = None, query: dict[str, Any] | None = None) -> Any:
+    def _call(self, method: str, path: str, data: Any = None, query: dict[str, Any] | None = None,
+              timeout: float = 5.0) -> Any:
         """A JSON request to the server's control endpoints; an HTTP error becomes ValueError(body)."""
         q = {k: v for k, v in (query or {}).items() if v is not None}
         url = self.url + path + ("?" + urllib.parse.urlencode(q) if q else "")
         body = json.dumps(data).encode() if data is not None else None
         req = urllib.request.Request(url, data=body, method=method, headers={"content-type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=5) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as e:
             raise ValueError(e.read().decode(errors="replace")) from None

@@ -1013,3 +1013,24 @@ def test_configure_writer_turns_on_wal_full_sync_and_foreign_keys(tmp_path):
     finally:
         other.close()
     assert {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1} == found
+
+
+def test_delivery_status_only_moves_forward(conn):
+    oid = enqueue(conn)
+    outbox_store.claim(conn, ["tg"], "g1", 10, LEASE, T0)
+    outbox_store.mark_sent(conn, oid, "g1", "wamid.1", T0)
+    seen = []
+    for status in ("delivered", "sent", "read", "delivered", "failed"):  # out of order, as platforms send them
+        outbox_store.record_delivery(conn, "tg", "wamid.1", status, "131026 undeliverable" if status == "failed" else "")
+        seen.append(outbox_store.delivery_of(conn, "tg", "wamid.1")[0])
+    assert ["delivered", "delivered", "read", "read", "read"] == seen
+    assert not outbox_store.record_delivery(conn, "other", "wamid.1", "failed", "x")  # another instance's id
+
+
+def test_a_failed_delivery_keeps_its_reason(conn):
+    oid = enqueue(conn)
+    outbox_store.claim(conn, ["tg"], "g1", 10, LEASE, T0)
+    outbox_store.mark_sent(conn, oid, "g1", "wamid.2", T0)
+    outbox_store.record_delivery(conn, "tg", "wamid.2", "sent", "")
+    outbox_store.record_delivery(conn, "tg", "wamid.2", "failed", "131026 undeliverable")
+    assert ("failed", "131026 undeliverable") == outbox_store.delivery_of(conn, "tg", "wamid.2")

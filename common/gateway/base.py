@@ -41,8 +41,8 @@ class Gateway:
         self.reader = None
         self.webhooks = WebhookServers(self.log)
         self.channels: dict[str, Channel] = {cfg.id: make_channel(self, cfg) for cfg in instances}
-        self.access = {cfg.id: Access(cfg.id, cfg.allow, lambda: self.reader, make_channel.senders_in_groups)
-                       for cfg in instances}
+        self.access = {cfg.id: Access(cfg.id, [make_channel.normalize_id(a) for a in cfg.allow], lambda: self.reader,
+                                      make_channel.senders_in_groups) for cfg in instances}
         self.typing = Typing(self)
         self.deliverer = Deliverer(self)
 

@@ -58,6 +58,11 @@ class Channel:
     platform = ""
     senders_in_groups = False  # True: an allowed sender is answered in any group, not only in allowed ones
 
+    @staticmethod
+    def normalize_id(value: str) -> str:
+        """A sender or chat id as the platform spells it (WhatsApp: digits only, so "+49 151..." matches)."""
+        return value
+
     def __init__(self, gateway: Gateway, cfg) -> None:
         self.gateway = gateway
         self.cfg = cfg

@@ -57,6 +57,16 @@ TAKE_BACK = (  # a crashed holder's rows: its attempt counts (the call it was in
     "UPDATE outbox SET state = 'pending', lease_owner = NULL, lease_until = NULL"
     " WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 )
+# a status only moves forward: sent < delivered < read; failed unless it was already read
+DELIVERY = (
+    "UPDATE outbox SET delivery = ?1,"
+    " error = CASE WHEN ?1 = 'failed' AND ?2 != '' THEN ?2 ELSE error END"
+    " WHERE instance = ?3 AND platform_msg_id = ?4 AND platform_msg_id != ''"
+    " AND (CASE delivery WHEN 'read' THEN 3 WHEN 'delivered' THEN 2 WHEN 'sent' THEN 1 WHEN 'failed' THEN 4 ELSE 0 END)"
+    "   < (CASE ?1 WHEN 'read' THEN 3 WHEN 'delivered' THEN 2 WHEN 'sent' THEN 1 WHEN 'failed' THEN 4 ELSE 0 END)"
+    " AND NOT (delivery = 'read' AND ?1 = 'failed')"
+)
+DELIVERY_OF = "SELECT delivery, error FROM outbox WHERE instance = ? AND platform_msg_id = ?"
 HELD_BY = "SELECT id FROM outbox WHERE state = 'claimed' AND lease_owner = ?"
 GET = (
     "SELECT id, instance, chat, kind, body, file_path, state, attempts, error, platform_msg_id,"
@@ -170,6 +180,16 @@ def release(conn: apsw.Connection, outbox_id: int, worker: str, untouched: bool 
     """Back to pending. ``untouched``: the holder never tried it, so the attempt is given back too."""
     conn.execute(RELEASE if untouched else TAKE_BACK, (outbox_id, worker))
     return conn.changes() > 0
+
+
+def record_delivery(conn: apsw.Connection, instance: str, platform_msg_id: str, status: str, error: str) -> bool:
+    conn.execute(DELIVERY, (status, error, instance, platform_msg_id))
+    return conn.changes() > 0
+
+
+def delivery_of(conn: apsw.Connection, instance: str, platform_msg_id: str) -> tuple[str, str] | None:
+    row = conn.execute(DELIVERY_OF, (instance, platform_msg_id)).fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def held_by(conn: apsw.Connection, worker: str) -> list[int]:

@@ -1,7 +1,8 @@
-"""`python -m services.gateway_whatsapp`: the WhatsApp gateway (a placeholder until the WhatsApp issue lands)."""
+"""`python -m services.gateway_whatsapp [--instance ID ...]`: the WhatsApp gateway (Cloud API)."""
 
 import sys
 
-from common.runtime import run_gateway_placeholder
+from common.gateway.base import main
+from services.gateway_whatsapp.channel import WhatsAppChannel
 
-sys.exit(run_gateway_placeholder("whatsapp"))
+sys.exit(main("whatsapp", WhatsAppChannel))

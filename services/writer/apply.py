@@ -16,11 +16,12 @@ _json = msgspec.json.Encoder()
 
 # Writes whose replay is harmless or that carry their own natural key: their answers are not
 # stored in write_keys (Inbound dedupes on the platform's event ids in inbound_keys).
-UNRECORDED = (m.Inbound, m.Heartbeat, m.Ping, m.RenewLease)
+UNRECORDED = (m.Inbound, m.Heartbeat, m.Ping, m.RenewLease, m.RecordDelivery)
 # Operations the writer runs on their own, outside a group commit.
 MAINTENANCE = (m.Checkpoint, m.Backup, m.FtsRebuild)
 
 TURN_ROLES = ("assistant", "tool", "system", "summary")
+DELIVERY_STATES = ("sent", "delivered", "read", "failed")
 
 
 class Rejected(Exception):
@@ -94,6 +95,11 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             _held_outbox(conn, op.id)
             if not outbox_store.progress(conn, op.id, op.worker, op.parts_sent, op.platform_msg_id):
                 raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
+            return m.Done()
+        case m.RecordDelivery():
+            if op.status not in DELIVERY_STATES:
+                raise Rejected("invalid", f"status must be one of {', '.join(DELIVERY_STATES)}, not {op.status!r}")
+            outbox_store.record_delivery(conn, op.instance, op.platform_msg_id, op.status, op.error[:1000])
             return m.Done()
         case m.ReleaseOutbox():
             for outbox_id in (outbox_store.held_by(conn, op.worker) if op.all_held else op.ids):

@@ -1,0 +1,185 @@
+"""One WhatsApp number on the Cloud API: a webhook (GET verification, signed POSTs) in, the Graph API
+out, and a read receipt with a typing indicator while the agent works."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+
+import aiohttp
+from aiohttp import web
+
+from common.errors import BusTimeout, StarlingError, WriteRejected
+from common.gateway import attachments
+from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
+from common.gateway.limits import InOrder
+from common.log import register_secret
+from common.secrets import resolve_secret
+from schema import messages as m
+from services.gateway_whatsapp import inbound
+from services.gateway_whatsapp.api import GraphApi, GraphError, NetworkError
+from services.gateway_whatsapp.outbound import Sender
+
+ACK_WITHIN_S = 15.0        # Meta retries a webhook that is not answered 200 in time
+TYPING_EVERY_S = 20.0      # WhatsApp shows the indicator for 25 s or until the reply
+
+
+class WhatsAppChannel(Channel):
+    platform = "whatsapp"
+
+    def __init__(self, gateway, cfg) -> None:
+        super().__init__(gateway, cfg)
+        self.session: aiohttp.ClientSession | None = None
+        self.api: GraphApi | None = None
+        self.sender: Sender | None = None
+        self.app_secret = ""
+        self.verify_token = ""
+        self.typed: dict[str, float] = {}
+        self.in_order = InOrder()
+
+    @staticmethod
+    def normalize_id(value: str) -> str:
+        return "".join(ch for ch in str(value) if ch.isdigit())  # "+49 151-234" -> "49151234", as wa_id spells it
+
+    @property
+    def path(self) -> str:
+        return f"/whatsapp/{self.id}/webhook"
+
+    def register_webhooks(self) -> None:
+        if self.cfg.mode != "cloud":
+            return
+        owner = f"gateways.whatsapp {self.id!r}"
+        self.gateway.webhooks.route(self.cfg.listen, "GET", self.path, self.on_verify, owner=owner)
+        self.gateway.webhooks.route(self.cfg.listen, "POST", self.path, self.on_post, owner=owner)
+
+    async def start(self) -> None:
+        if self.cfg.mode != "cloud":
+            raise StarlingError("linked-device mode is not built yet; use mode = \"cloud\"")
+        paths, key = self.gateway.paths, f"gateways.whatsapp[{self.id}]"
+        token = resolve_secret(self.cfg.access_token, paths.secrets_file, key=f"{key}.access_token")
+        self.app_secret = resolve_secret(self.cfg.app_secret, paths.secrets_file, key=f"{key}.app_secret")
+        self.verify_token = resolve_secret(self.cfg.verify_token, paths.secrets_file, key=f"{key}.verify_token")
+        for value in (token, self.app_secret, self.verify_token):
+            register_secret(value)
+        if self.session is None:
+            self.session = aiohttp.ClientSession()
+        self.api = GraphApi(self.cfg.api_base, token, self.cfg.phone_number_id, self.session)
+        self.sender = Sender(self.api, self.log, self.cfg.template, self.cfg.template_language)
+        self.status = f"cloud: webhook on {self.cfg.listen}{self.path}"
+        self.log.info("whatsapp_ready", mode="cloud", number=self.cfg.phone_number_id)
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def receive(self) -> None:
+        await asyncio.Event().wait()  # the Cloud API posts to on_post
+
+    # ------------------------------------------------------------ webhook
+
+    async def on_verify(self, request: web.Request) -> web.Response:
+        """Meta's subscription check: echo hub.challenge when hub.verify_token matches."""
+        q = request.query
+        token = q.get("hub.verify_token", "")
+        if (q.get("hub.mode") == "subscribe" and self.verify_token
+                and hmac.compare_digest(token.encode(), self.verify_token.encode())):
+            return web.Response(text=q.get("hub.challenge", ""))
+        self.log.warning("verify_refused", reason="wrong verify token or mode", peer=request.remote)
+        return web.Response(status=403)
+
+    def signed(self, raw: bytes, header: str) -> bool:
+        if not self.app_secret or not header.startswith("sha256="):
+            return False
+        expected = hmac.new(self.app_secret.encode(), raw, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(expected.encode(), header[len("sha256="):].encode())
+
+    async def on_post(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        if not self.signed(raw, request.headers.get("X-Hub-Signature-256", "")):
+            self.log.warning("webhook_refused", reason="bad or missing X-Hub-Signature-256", peer=request.remote)
+            return web.Response(status=401)  # checked before anything is parsed or stored
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            self.log.warning("event_skipped", reason="body is not JSON")
+            return web.Response(status=200)  # a redelivery would be the same garbage
+        try:
+            await asyncio.wait_for(self.handle(payload), ACK_WITHIN_S)
+        except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:
+            self.log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__)
+            return web.Response(status=503)  # Meta retries; the writer dedupes what did land
+        return web.Response(status=200)
+
+    async def handle(self, payload: object) -> list[str]:
+        found = inbound.values(payload, self.cfg.phone_number_id)
+        if isinstance(found, inbound.Skip):
+            self.log.info("event_skipped", reason=found.reason)
+            return []
+        outcomes = []
+        for value in found:
+            for parsed in inbound.messages(value, self.id):
+                if isinstance(parsed, inbound.Skip):
+                    self.log.info("event_skipped", reason=parsed.reason)
+                    continue
+                async with self.in_order.hold(parsed.msg.chat):  # one sender's messages in arrival order
+                    outcome = await self.gateway.submit(self, parsed.msg, fetch=lambda msg, p=parsed: self._fetch(p, msg))
+                outcomes.append(outcome)
+                if outcome == "accepted":  # blue ticks at once; the typing indicator follows if the agent is slow
+                    asyncio.create_task(self._mark_read(parsed.msg.platform_msg_id))
+            for status in inbound.statuses(value):
+                if isinstance(status, inbound.Skip):
+                    self.log.info("status_skipped", reason=status.reason)
+                    continue
+                await self.gateway.call(m.RecordDelivery(instance=self.id, platform_msg_id=status.wamid,
+                                                         status=status.status, error=status.error))
+                self.log.info("delivery", platform_msg_id=status.wamid, status=status.status, error=status.error)
+        return outcomes
+
+    async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
+        cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
+        for ref in parsed.files:
+            size = 0
+            try:
+                media = await self.api.media(ref.media_id)
+                size = int(media.get("file_size") or 0)
+                url = str(media["url"])
+            except (GraphError, NetworkError, KeyError, TypeError, ValueError) as exc:
+                url, note = "", f"could not be fetched ({exc})"
+                self.log.warning("attachment_skipped", kind=ref.kind, reason=note)
+                msg.text = f"{msg.text}\n{attachments.describe(ref.kind, None, 0, note)}".strip()
+                continue
+
+            async def chunks(url=url):
+                return self.api.download(url)
+
+            await attachments.attach(msg, ref.kind, f"{ref.media_id}-{ref.name}", size, cap,
+                                     self.gateway.paths.attachments_dir, self.agent, parsed.date or time.time(),
+                                     chunks, self.log)
+
+    # ------------------------------------------------------------ send
+
+    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
+        if self.sender is None:
+            raise StarlingError("the WhatsApp number is not started")
+        return await self.sender.send(item, progress)
+
+    async def typing(self, chat: str, platform_msg_id: str) -> None:
+        """A read receipt and the typing indicator (refreshed before its 25 s run out)."""
+        if self.api is None or not platform_msg_id:
+            return
+        if time.monotonic() - self.typed.get(platform_msg_id, -TYPING_EVERY_S) < TYPING_EVERY_S:
+            return
+        self.typed[platform_msg_id] = time.monotonic()
+        await self.api.send({"status": "read", "message_id": platform_msg_id, "typing_indicator": {"type": "text"}})
+
+    async def _mark_read(self, wamid: str) -> None:
+        try:
+            await self.api.send({"status": "read", "message_id": wamid})
+        except (GraphError, NetworkError) as exc:
+            self.log.info("read_receipt_failed", platform_msg_id=wamid, error=str(exc))
+
+    async def typing_done(self, chat: str, platform_msg_id: str) -> None:
+        self.typed.pop(platform_msg_id, None)
