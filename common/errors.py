@@ -65,3 +65,8 @@ class WriteRejected(StarlingError):
     def __init__(self, code: str, message: str) -> None:
         self.code = code
         super().__init__(f"{code}: {message}")
+
+
+class InvalidInput(StarlingError):
+    """A value a person or an agent gave (a cron expression, a time zone, a time) is not valid; the
+    message names the value and what is expected."""

@@ -282,10 +282,52 @@ class CronAdd(Msg):
     tz: str = "UTC"
     run_at: float = 0.0
     created_by: str = ""
+    misfire_grace_s: float = 0.0  # how late a missed fire may still run; 0: derived from the period
+    active_since: float = 0.0  # fires count from this time on; 0: the writer's now
 
 
 class CronRemove(Msg):
     name: str
+
+
+class CronSetEnabled(Msg):
+    """Enable or disable a cron job by name. Enabling counts its fires from ``active_since`` (0: the
+    writer's now: fires missed while it was disabled are neither run nor recorded) and clears its failures."""
+
+    name: str
+    enabled: bool
+    reason: str = ""
+    active_since: float = 0.0
+
+
+class CronFire(Msg):
+    """The scheduler fires a job: its run row keyed by (job, scheduled time) and the agent turn, in one
+    commit. A second fire of the same (job, time) is a no-op answering ``Accepted(duplicate=True)``."""
+
+    job_id: Int
+    scheduled_for: float
+    started_at: float = 0.0  # the scheduler's clock; 0: the writer's now
+
+
+class CronSkip(Msg):
+    """The scheduler records fires that will not run (missed past their grace, or the previous run was
+    still going); times that already have a run row are left as they are."""
+
+    job_id: Int
+    scheduled_for: list[float]
+    reason: str
+    at: float = 0.0
+
+
+class CronRunEnd(Msg):
+    """A fired run's turn has ended: the writer records its outcome from the turn, counts consecutive
+    failures, and at ``max_consecutive_failures`` (0: never) disables the job and queues an alert to
+    ``alert_instance:alert_chat`` when given, all in one commit."""
+
+    run_id: Int
+    max_consecutive_failures: Int = 0
+    alert_instance: str = ""
+    alert_chat: str = ""
 
 
 class JobStarted(Msg):
@@ -322,6 +364,55 @@ class ApprovePairing(Msg):
     approved_by: str
 
 
+# ---------------------------------------------------------------- the sweeper's writes
+# A purge is one bounded step (at most ``max_rows`` rows and about ``max_ms`` inside the writer's
+# transaction), answered by ``Purged``; the sweeper repeats it while ``more`` is true, so no step
+# holds the write lock for long. Files named in the answer are removed by the sweeper after the ack.
+
+
+class PurgeSessions(Msg):
+    """Retention: delete conversations last active before ``before`` with their turns, delivered
+    messages, tool audit and approvals (never one with a turn pending, running or parked); also
+    delivered or failed outbox rows and inbound dedupe keys older than ``before``. ``Purged.files``:
+    the attachments of the deleted turns."""
+
+    before: float
+    max_rows: Int = 2000
+    max_ms: float = 40.0
+
+
+class PurgeAudit(Msg):
+    """Retention: delete audit rows and tool executions older than ``before``."""
+
+    before: float
+    max_rows: Int = 5000
+    max_ms: float = 40.0
+
+
+class PurgeJobs(Msg):
+    """Retention: delete background jobs that ended before ``before`` (never a running one);
+    ``Purged.files``: their log files."""
+
+    before: float
+    max_rows: Int = 500
+    max_ms: float = 40.0
+
+
+class ResetSession(Msg):
+    """A daily or idle reset closes an open conversation, unless it was active after
+    ``last_active_at`` (what the sweeper saw) or has a turn pending, running or parked."""
+
+    session_id: Int
+    reason: str  # daily | idle
+    last_active_at: float
+
+
+class MarkCaptured(Msg):
+    """These closed conversations are written to session memory (or passed over): never again."""
+
+    session_ids: list[Int]
+
+
 WriteOp = (
     Inbound
     | ClaimTurn
@@ -349,10 +440,19 @@ WriteOp = (
     | DecideApproval
     | CronAdd
     | CronRemove
+    | CronSetEnabled
+    | CronFire
+    | CronSkip
+    | CronRunEnd
     | JobStarted
     | JobEnded
     | RequestPairing
     | ApprovePairing
+    | PurgeSessions
+    | PurgeAudit
+    | PurgeJobs
+    | ResetSession
+    | MarkCaptured
 )
 
 
@@ -453,6 +553,25 @@ class Queued(Msg):
     ids: list[Int]
 
 
+class CronRunEnded(Msg):
+    """A cron run's recorded outcome (ok | failed), the job's consecutive failures since, and whether
+    this run disabled the job."""
+
+    outcome: str
+    consecutive_failures: Int
+    disabled: bool = False
+
+
+class Purged(Msg):
+    """One retention step: rows deleted per table, files the sweeper removes next, whether more is due,
+    and the step's time inside the writer's transaction."""
+
+    rows: dict[str, Int] = {}
+    files: list[str] = []
+    more: bool = False
+    ms: float = 0.0
+
+
 Result = (
     Accepted
     | TurnClaim
@@ -465,6 +584,8 @@ Result = (
     | BackedUp
     | Queued
     | Pairing
+    | CronRunEnded
+    | Purged
 )
 
 
@@ -515,10 +636,17 @@ class WriterBeat(Event):
     seqs: dict[str, Int] = {}
 
 
-AnyEvent = TurnPending | OutboxPending | WriterBeat
+class CronChanged(Event):
+    """A cron job was added, removed, enabled or disabled: the scheduler looks again now."""
+
+    job_id: Int
+
+
+AnyEvent = TurnPending | OutboxPending | WriterBeat | CronChanged
 
 TOPIC_TURN = "turn/"
 TOPIC_BEAT = "beat/"
+TOPIC_CRON = "cron/"
 
 
 def topic_outbox(instance: str) -> str:

@@ -273,9 +273,15 @@ def test_cron_create_checks_before_sending(ctx, writer, args, fragment):
 
 
 def test_cron_create_to_another_chat_needs_approval(ctx, writer):
-    result = run(ctx, "cron_create", name="x", prompt="p", schedule="@daily", deliver_to="slack:C1")
+    result = run(ctx, "cron_create", name="x", prompt="p", schedule="@daily", deliver_to="tg:C2")
     assert "needs_approval" == result.outcome
-    assert "slack:C1" in result.approval_reason
+    assert "tg:C2" in result.approval_reason
+    assert [] == writer.ops
+
+
+def test_cron_create_to_an_unconfigured_gateway_is_refused(ctx, writer):
+    result = run(ctx, "cron_create", name="x", prompt="p", schedule="@daily", deliver_to="slack:C1")
+    assert ("error", True) == (result.outcome, "unknown gateway instance 'slack'" in result.content)
     assert [] == writer.ops
 
 

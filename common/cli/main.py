@@ -24,6 +24,7 @@ VERB_MODULES = (
     "common.cli.chat_cmd",
     "common.cli.approvals_cmd",
     "common.cli.pairing_cmd",
+    "common.cli.cron_cmd",
 )
 
 

@@ -1,7 +1,7 @@
-"""`python -m services.scheduler`: the cron scheduler (a placeholder until the scheduler issue lands)."""
+"""`python -m services.scheduler`: the cron scheduler."""
 
 import sys
 
-from common.runtime import run_placeholder
+from services.scheduler.main import main
 
-sys.exit(run_placeholder("scheduler", "the cron scheduler"))
+sys.exit(main())

@@ -1,7 +1,7 @@
-"""`python -m services.sweeper`: the retention sweeper (a placeholder until the sweeper issue lands)."""
+"""`python -m services.sweeper`: retention, session memory, WAL checkpoints and the health watch."""
 
 import sys
 
-from common.runtime import run_placeholder
+from services.sweeper.main import main
 
-sys.exit(run_placeholder("sweeper", "the retention sweeper"))
+sys.exit(main())

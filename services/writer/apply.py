@@ -7,10 +7,11 @@ import secrets
 import msgspec
 
 from common.stores import (
-    access_store, approval_store, audit_store, beat_store, cron_store, job_store, keys_store, outbox_store,
+    access_store, approval_store, audit_store, beat_store, job_store, keys_store, outbox_store,
     session_store, turn_store,
 )
 from schema import messages as m
+from services.writer import retention_ops, schedule_ops
 
 _json = msgspec.json.Encoder()
 
@@ -134,15 +135,17 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
         case m.DecideApproval():
             return _decide(conn, op, now, events)
         case m.CronAdd():
-            if bool(op.schedule) == bool(op.run_at):
-                raise Rejected("invalid", "a cron job needs a schedule or a run_at time, not both")
-            job_id = cron_store.add(conn, op.name, op.schedule, op.tz, op.run_at or None, op.prompt, op.agent,
-                                    op.deliver_instance, op.deliver_chat, op.created_by, now)
-            return m.Stored(id=job_id)
+            return schedule_ops.add(conn, op, now, events)
         case m.CronRemove():
-            if not cron_store.remove(conn, op.name):
-                raise Rejected("not_found", f"no cron job named {op.name!r}")
-            return m.Done()
+            return schedule_ops.remove(conn, op, events)
+        case m.CronSetEnabled():
+            return schedule_ops.set_enabled(conn, op, now, events)
+        case m.CronFire():
+            return schedule_ops.fire(conn, op, now, events)
+        case m.CronSkip():
+            return schedule_ops.skip(conn, op, now)
+        case m.CronRunEnd():
+            return schedule_ops.end_run(conn, op, now, events)
         case m.JobStarted():
             return m.Stored(id=job_store.start(conn, op.session_id or None, op.agent, op.command, op.pid,
                                                op.log_path, now))
@@ -164,6 +167,16 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             access_store.approve_code(conn, code.code, now)
             access_store.allow(conn, code.instance, code.sender, op.approved_by, now)
             return m.Done()
+        case m.PurgeSessions():
+            return retention_ops.purge_sessions(conn, op)
+        case m.PurgeAudit():
+            return retention_ops.purge_audit(conn, op)
+        case m.PurgeJobs():
+            return retention_ops.purge_jobs(conn, op)
+        case m.ResetSession():
+            return retention_ops.reset_session(conn, op, now)
+        case m.MarkCaptured():
+            return retention_ops.mark_captured(conn, op, now)
     raise Rejected("invalid", f"{type(op).__name__} is not a write the writer applies in a batch")
 
 
