@@ -27,15 +27,17 @@ _BROADCAST_TOKEN = re.compile(
 _ENTITY = re.compile(r"&(?:amp|lt|gt);")
 _ANY_TOKEN = re.compile(r"<[^<>\n]*>")
 _CODE_SPAN = re.compile(r"(?<!`)`[^`\s](?:[^`\n]*[^`\s])?`(?!`)")
-# The pairing rule to_mrkdwn writes for (and to_plain reads by): a marker pair round content with
-# no space at its ends and no word character or marker just outside.
+# An independent statement of the pairing rule to_mrkdwn writes for: a marker pair round content
+# with no space at its ends and no word character or marker just outside.
 _PAIRS = tuple(
     re.compile(rf"(?<![\w*~]){m}(?=[^\s{m}])(.+?)(?<=[^\s{m}]){m}(?![\w*~])")
     for m in (r"\*", "_", "~")
 )
 
 
-def problems(mrkdwn: str, mentions: bool = False, broadcasts: bool = False) -> list[str]:
+def problems(
+    mrkdwn: str, mentions: bool = False, broadcasts: bool = False
+) -> list[str]:
     """Empty when every <, > and & is syntax Slack should act on, and every fence is closed."""
     found = []
     rest = _LINK_TOKEN.sub("", mrkdwn)
@@ -81,7 +83,7 @@ def reading(mrkdwn: str) -> str:
     return squash(re.sub(r"(?m)^> ", "", to_plain(mrkdwn)))
 
 
-# --- to_mrkdwn: a table of conversions ----------------------------------------------------------
+# --- to_mrkdwn: a table of conversions --------------------------------------------------------
 
 CONVERSIONS = [
     ("plain text", "plain text"),
@@ -100,6 +102,8 @@ CONVERSIONS = [
     ("```\n\n```", ""),
     ("```\nshow ``` here\n```", f"```\nshow ``{ZWSP}` here\n```"),
     ("a ``` b", f"a ``{ZWSP}` b"),
+    ("*````*``", f"_``{ZWSP}``_``"),  # runs written apart must not meet as a fence
+    ("**```*```", f"*``{ZWSP}``{ZWSP}`{ZWSP}`"),
     ("[site](https://example.com/a_b)", "<https://example.com/a_b|site>"),
     ("[q](https://x.io/?a=1&b=2)", "<https://x.io/?a=1&amp;b=2|q>"),
     ("[pipe](https://x.io/a|b)", "<https://x.io/a%7Cb|pipe>"),
@@ -152,9 +156,11 @@ def test_conversion_table_outputs_are_valid(markdown: str, expected: str) -> Non
     assert [] == problems(to_mrkdwn(markdown))
 
 
-# --- mentions -------------------------------------------------------------------------------------
+# --- mentions ---------------------------------------------------------------------------------
 
-MENTIONS = "hi <@U024BE7LH> in <#C024BE7LR|general>, <!here> <!channel> <!everyone> <!subteam^SAZ94GDB8>"
+MENTIONS = "hi <@U024BE7LH> in <#C024BE7LR|general>, " + (
+    "<!here> <!channel> <!everyone> <!subteam^SAZ94GDB8>"
+)
 
 
 def test_mentions_are_escaped_by_default() -> None:
@@ -182,7 +188,14 @@ def test_both_flags_pass_everything_through() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["<@bob>", "<#general>", "<!date^1392734382^{date}|Feb 18>", "<@U1&x>", "<!here|a<b>"]
+    "text",
+    [
+        "<@bob>",
+        "<#general>",
+        "<!date^1392734382^{date}|Feb 18>",
+        "<@U1&x>",
+        "<!here|a<b>",
+    ],
 )
 def test_malformed_or_other_syntax_is_escaped_even_when_allowed(text: str) -> None:
     assert [] == problems(to_mrkdwn(text, mentions=True, broadcasts=True))
@@ -199,7 +212,7 @@ def test_mentions_in_link_text_are_text() -> None:
     )
 
 
-# --- escape / to_plain ----------------------------------------------------------------------------
+# --- escape / to_plain ------------------------------------------------------------------------
 
 
 def test_escape_touches_only_the_three_control_characters() -> None:
@@ -221,7 +234,7 @@ def test_to_plain_undoes_the_added_zero_width_spaces() -> None:
     assert "a ``` b" == to_plain(to_mrkdwn("a ``` b"))
 
 
-# --- to_mrkdwn: properties over arbitrary text ------------------------------------------------------
+# --- to_mrkdwn: properties over arbitrary text ------------------------------------------------
 
 PIECES = st.sampled_from(
     [
@@ -280,14 +293,22 @@ MARKDOWNISH = st.lists(st.one_of(PIECES, st.text(max_size=8)), max_size=60).map(
 
 @settings(deadline=None, max_examples=200)
 @given(MARKDOWNISH, st.booleans(), st.booleans())
-def test_to_mrkdwn_output_is_always_valid(markdown: str, mentions: bool, broadcasts: bool) -> None:
-    assert [] == problems(to_mrkdwn(markdown, mentions=mentions, broadcasts=broadcasts), mentions, broadcasts)
+def test_to_mrkdwn_output_is_always_valid(
+    markdown: str, mentions: bool, broadcasts: bool
+) -> None:
+    assert [] == problems(
+        to_mrkdwn(markdown, mentions=mentions, broadcasts=broadcasts),
+        mentions,
+        broadcasts,
+    )
 
 
 @settings(deadline=None, max_examples=100)
 @given(
     st.text(
-        alphabet=st.characters(blacklist_characters="*_~`[\\>#-+<\n\r", blacklist_categories=["Cs"]),
+        alphabet=st.characters(
+            blacklist_characters="*_~`[\\>#-+<\n\r", blacklist_categories=["Cs"]
+        ),
         max_size=200,
     )
 )
@@ -295,7 +316,9 @@ def test_to_mrkdwn_keeps_text_without_markup_characters(text: str) -> None:
     assert text.strip() == to_plain(to_mrkdwn(text)).strip()
 
 
-WORDS = st.sampled_from(["alpha", "beta", "gamma", "𝔘nicode", "x<y", "a&b", "1.5", "über"])
+WORDS = st.sampled_from(
+    ["alpha", "beta", "gamma", "𝔘nicode", "x<y", "a&b", "1.5", "über"]
+)
 SPANS = st.one_of(
     WORDS,
     WORDS.map(lambda w: f"**{w}**"),
@@ -317,14 +340,18 @@ BLOCKS = st.one_of(
     st.lists(st.tuples(SPANS, st.just(" ")), min_size=1, max_size=12).map(
         lambda pairs: "> " + "".join(span + sep for span, sep in pairs)
     ),
-    st.lists(WORDS, min_size=1, max_size=12).map(lambda ws: "```\n" + " ".join(ws) + "\n```"),
+    st.lists(WORDS, min_size=1, max_size=12).map(
+        lambda ws: "```\n" + " ".join(ws) + "\n```"
+    ),
 )
 WELL_FORMED = st.lists(BLOCKS, max_size=4).map("\n\n".join)
 
 
 @settings(deadline=None, max_examples=150)
 @given(WELL_FORMED, st.integers(64, 300))
-def test_well_formed_emphasis_never_leaves_a_lone_marker(markdown: str, limit: int) -> None:
+def test_well_formed_emphasis_never_leaves_a_lone_marker(
+    markdown: str, limit: int
+) -> None:
     mrkdwn = to_mrkdwn(markdown)
     assert "" == lone_markers(mrkdwn), mrkdwn
     assert [] == problems(mrkdwn)
@@ -334,7 +361,7 @@ def test_well_formed_emphasis_never_leaves_a_lone_marker(markdown: str, limit: i
     assert reading(expected_text(mrkdwn, limit)) == "".join(reading(p) for p in parts)
 
 
-# --- split_mrkdwn: examples --------------------------------------------------------------------
+# --- split_mrkdwn: examples -------------------------------------------------------------------
 
 
 def test_short_text_is_one_part() -> None:
@@ -347,12 +374,16 @@ def test_empty_and_blank_give_no_parts() -> None:
 
 def test_prefers_paragraph_break() -> None:
     text = "first paragraph here\n\nsecond one goes on and on"
-    assert ["first paragraph here", "second one goes on and on"] == split_mrkdwn(text, 40)
+    assert ["first paragraph here", "second one goes on and on"] == split_mrkdwn(
+        text, 40
+    )
 
 
 def test_prefers_line_break_over_space() -> None:
     text = "alpha beta gamma delta\nepsilon zeta eta theta"
-    assert ["alpha beta gamma delta", "epsilon zeta eta theta"] == split_mrkdwn(text, 36)
+    assert ["alpha beta gamma delta", "epsilon zeta eta theta"] == split_mrkdwn(
+        text, 36
+    )
 
 
 def test_an_early_line_break_loses_to_a_late_space() -> None:
@@ -431,7 +462,13 @@ def test_long_unbroken_code_line_is_cut_and_fenced() -> None:
 
 
 def test_default_limit_suits_slack() -> None:
-    text = to_mrkdwn(("A sentence with **bold** and a [link](https://x.io/a?b=c&d=e). " * 20 + "\n\n") * 30)
+    text = to_mrkdwn(
+        (
+            "A sentence with **bold** and a [link](https://x.io/a?b=c&d=e). " * 20
+            + "\n\n"
+        )
+        * 30
+    )
     parts = split_mrkdwn(text)
     assert len(parts) > 5
     assert all(utf16_len(p) <= DEFAULT_PART_LIMIT for p in parts)
@@ -450,15 +487,17 @@ REOPEN, CLOSE = "```\n", "\n```"
 def expected_text(original: str, limit: int) -> str:
     """The original as split_mrkdwn keeps it: a <...> too long for any part becomes escaped text."""
     return _ANY_TOKEN.sub(
-        lambda m: m.group()
-        if utf16_len(m.group()) <= limit - 10
-        else f"&lt;{m.group()[1:-1]}&gt;",
+        lambda m: (
+            m.group()
+            if utf16_len(m.group()) <= limit - 10
+            else f"&lt;{m.group()[1:-1]}&gt;"
+        ),
         original,
     )
 
 
 def _before_fence(text: str) -> str:
-    """Whitespace before a fence as one space: a split may drop whitespace that ends a code block."""
+    """Whitespace before a fence as one space (a split may drop whitespace ending a code block)."""
     return re.sub(r"[ \t\n]+(?=```)", " ", text)
 
 
@@ -497,7 +536,10 @@ def check_parts(original: str, limit: int) -> list[str]:
     for part, (head, carried, tail) in zip(parts, triples):
         assert utf16_len(part) <= limit
         assert carried.strip() != ""
-        assert added_markup(head, head=True) and added_markup(tail, head=False), (head, tail)
+        assert added_markup(head, head=True) and added_markup(tail, head=False), (
+            head,
+            tail,
+        )
         assert 0 == fences(part) % 2, part
         part.encode("utf-8")  # strict: no lone surrogate
     assert_content_kept(expected_text(original, limit), [t[1] for t in triples])
@@ -517,14 +559,31 @@ LIMITS = st.one_of(st.integers(32, 120), st.integers(32, 1000))
 
 @settings(deadline=None, max_examples=120)
 @given(LONG_MARKDOWN, LIMITS, st.booleans())
-def test_split_of_converted_markdown_fits_and_is_valid(markdown: str, limit: int, mentions: bool) -> None:
+def test_split_of_converted_markdown_fits_and_is_valid(
+    markdown: str, limit: int, mentions: bool
+) -> None:
     for part in check_parts(to_mrkdwn(markdown, mentions=mentions), limit):
         assert [] == problems(part, mentions), part
 
 
 NASTY = st.lists(
     st.one_of(
-        st.sampled_from(["```", "`", "<", ">", "&", "&amp;", "&#128512;", "<@U1>", "<a|b>", "\n", " ", "\t"]),
+        st.sampled_from(
+            [
+                "```",
+                "`",
+                "<",
+                ">",
+                "&",
+                "&amp;",
+                "&#128512;",
+                "<@U1>",
+                "<a|b>",
+                "\n",
+                " ",
+                "\t",
+            ]
+        ),
         st.text(max_size=30),
     ),
     max_size=120,

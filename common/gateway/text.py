@@ -1,8 +1,8 @@
-"""What every gateway's text formatter shares: the agent-Markdown grammar, UTF-16 length, link safety.
+"""What every gateway's text formatter shares: the agent-Markdown grammar, UTF-16 length, links.
 
-Pure functions and compiled patterns, no I/O. Each platform module (services/gateway_<platform>/format.py)
-renders the same Markdown with these patterns, so an agent's reply is read the same way everywhere;
-only the output syntax and the splitting rules differ per platform.
+Pure functions and compiled patterns, no I/O. Each platform's formatter
+(services/gateway_<platform>/format.py) reads the agent's Markdown with these patterns, so a reply
+is understood the same way everywhere; only the output syntax and the splitting rules differ.
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ Style = Literal["bold", "italic", "strike"]
 
 
 def utf16_len(text: str) -> int:
-    """Length of `text` in UTF-16 code units (astral characters count 2): never less than len(text)."""
+    """Length of `text` in UTF-16 code units (astral characters count 2); never under len(text)."""
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def safe_url(url: str, schemes: frozenset[str]) -> bool:
-    """True when `url` has one of `schemes` (lower case) and, for http(s), a host: no javascript:, data:, file:."""
+    """True when `url` has one of `schemes` (lower case) and, for http(s), a host.
+
+    So javascript:, data:, file: and relative links are never safe unless a caller lists them.
+    """
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -46,7 +49,9 @@ BULLET: Final = re.compile(r"([ \t]*)[-*+][ \t]+(.*)")
 # Inline, matched at a position (match).
 CODE_SPAN: Final = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 BACKTICKS: Final = re.compile(r"`+")
-LINK: Final = re.compile(r"\[([^\[\]\n]+)\]\([ \t]*([^\s()]+(?:\([^\s()]*\)[^\s()]*)*)[ \t]*\)")
+LINK: Final = re.compile(
+    r"\[([^\[\]\n]+)\]\([ \t]*([^\s()]+(?:\([^\s()]*\)[^\s()]*)*)[ \t]*\)"
+)
 ESCAPABLE: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 # Per delimiter character: (style, pattern, must not follow a letter or digit). Single * and _ only
@@ -70,7 +75,7 @@ def lines_of(markdown: str) -> list[str]:
 
 
 def collapse_blank(blocks: list[str]) -> str:
-    """Join rendered blocks with newlines: runs of blank blocks become one blank line, none at the ends."""
+    """Join blocks with newlines; a run of blank blocks becomes one blank line, none at the ends."""
     kept: list[str] = []
     for block in blocks:
         if not block.strip():

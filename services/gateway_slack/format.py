@@ -14,9 +14,10 @@ Pure functions, no I/O. Facts from Slack's "Formatting text for app surfaces" an
   UTF-16 code units, never fewer than characters, so a part fits however Slack counts.
 
 Decisions:
-- Slack syntax the agent writes itself is escaped (shown, never acted on) unless a flag allows it:
-  `mentions=True` passes <@U…>/<@W…> and <#C…>/<#G…> through, `broadcasts=True` passes <!here>,
-  <!channel>, <!everyone> and <!subteam^S…>. So an agent cannot notify a channel by accident.
+- Slack syntax the agent writes itself is escaped (shown, never acted on) unless a flag allows
+  it: `mentions=True` passes <@U…>/<@W…> and <#C…>/<#G…> through, `broadcasts=True` passes
+  <!here>, <!channel>, <!everyone> and <!subteam^S…>. So an agent cannot notify a channel by
+  accident.
 - Emphasis markers are written only where Slack pairs them: round content with no space at either
   end and none of the same marker inside, with no letter, digit or marker (* _ ~) just outside.
   Otherwise the text is written without that emphasis, never with a lone marker. A * _ or ~ the
@@ -54,16 +55,23 @@ from common.gateway.text import (
 )
 
 SLACK_TEXT_LIMIT: Final = 40_000  # chat.postMessage truncates `text` beyond this
-DEFAULT_PART_LIMIT: Final = 3_500  # below the ~4,000 Slack asks for, with room for fences
+DEFAULT_PART_LIMIT: Final = (
+    3_500  # below the ~4,000 Slack asks for, with room for fences
+)
 LINK_SCHEMES: Final = frozenset({"http", "https", "mailto"})
 
 _MARKS: Final = {"bold": "*", "italic": "_", "strike": "~"}
-_MAX_NESTING: Final = 8  # deeper inline markup is written as text (keeps recursion bounded)
+_MAX_NESTING: Final = (
+    8  # deeper inline markup is written as text (keeps recursion bounded)
+)
+_MAX_SPAN: Final = (
+    1_000  # emphasis is looked for this far ahead (else unclosed markers cost n²)
+)
 _ZWSP: Final = "\u200b"
 
 
 def escape(text: str) -> str:
-    """`&`, `<` and `>` as `&amp;`, `&lt;`, `&gt;`: all the escaping Slack needs, and all it decodes."""
+    """`&`, `<` and `>` as `&amp;`, `&lt;`, `&gt;`: all the escaping Slack needs or decodes."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -74,7 +82,9 @@ _SPECIAL = re.compile(r"[\\`*_~\[<]|(?<![\w/])https?://")
 _BARE_URL = re.compile(r"https?://[^\s<>\"|`]+")
 _AUTOLINK = re.compile(r"<((?:https?|mailto):[^\s<>|`]+)>")
 _USER_REF = re.compile(r"<(?:@[UW]|#[CG])[A-Z0-9]{2,}(?:\|[^<>|&\n]*)?>")
-_BROADCAST = re.compile(r"<!(?:here|channel|everyone|subteam\^S[A-Z0-9]{2,})(?:\|[^<>|&\n]*)?>")
+_BROADCAST = re.compile(
+    r"<!(?:here|channel|everyone|subteam\^S[A-Z0-9]{2,})(?:\|[^<>|&\n]*)?>"
+)
 _TOKEN = re.compile(r"<[^<>\n]*>")
 _URL_TRAILING: Final = frozenset(".,:;!?'\"*_~")
 
@@ -96,7 +106,12 @@ def _text(s: str) -> str:
 
 def _url(url: str) -> str:
     """A URL inside <...>: & escaped; <, >, | and ` percent-encoded so the link cannot end early."""
-    url = url.replace("<", "%3C").replace(">", "%3E").replace("|", "%7C").replace("`", "%60")
+    url = (
+        url.replace("<", "%3C")
+        .replace(">", "%3E")
+        .replace("|", "%7C")
+        .replace("`", "%60")
+    )
     return url.replace("&", "&amp;")
 
 
@@ -211,11 +226,17 @@ def _inline(
                 url = link.group(2)
                 nxt = s[link.end()] if link.end() < n else after
                 if safe_url(url, LINK_SCHEMES):
-                    label = _inline(link.group(1), allow, plain=True, links=False, depth=depth + 1)
+                    label = _inline(
+                        link.group(1), allow, plain=True, links=False, depth=depth + 1
+                    )
                     label = label.strip().replace("|", "\uff5c")
                     emit(f"<{_url(url)}|{label}>" if label else f"<{_url(url)}>")
                 else:
-                    emit(_inline(link.group(1), allow, last(), nxt, plain, False, depth + 1))
+                    emit(
+                        _inline(
+                            link.group(1), allow, last(), nxt, plain, False, depth + 1
+                        )
+                    )
                 i = link.end()
             else:
                 buf.append(c)
@@ -241,14 +262,16 @@ def _inline(
             for style, pattern, at_boundary in EMPHASIS[c]:
                 if at_boundary and prev.isalnum():
                     continue
-                span = pattern.match(s, i)
+                span = pattern.match(s, i, min(n, i + _MAX_SPAN))
                 if span:
                     end = span.end()
                     nxt = s[end] if end < n else after
                     if nxt == "\\" and end + 1 < n:
                         nxt = s[end + 1]
                     outside = last()
-                    inner = _inline(span.group(1), allow, outside, nxt, plain, links, depth + 1)
+                    inner = _inline(
+                        span.group(1), allow, outside, nxt, plain, links, depth + 1
+                    )
                     emit(inner if plain else _wrap(_MARKS[style], inner, outside, nxt))
                     i = end
                     break
@@ -260,12 +283,16 @@ def _inline(
 
 
 def _line(line: str, allow: _Allow) -> str:
+    """One line outside code; defused once more as a whole, as backticks from separately written
+    pieces (a span's text and the text after it) may meet."""
     if heading := HEADING.fullmatch(line):
         title = _inline(heading.group(1), allow)
-        return _wrap("*", title, "", "") if title.strip() else ""
+        return _defuse(_wrap("*", title, "", "")) if title.strip() else ""
     if bullet := BULLET.fullmatch(line):
-        return f"{bullet.group(1)}• {_inline(bullet.group(2), allow, before=' ')}"
-    return _inline(line, allow)
+        return _defuse(
+            f"{bullet.group(1)}• {_inline(bullet.group(2), allow, before=' ')}"
+        )
+    return _defuse(_inline(line, allow))
 
 
 def _code_block(body: str) -> str:
@@ -273,15 +300,17 @@ def _code_block(body: str) -> str:
     return f"```\n{_text(body)}\n```" if body.strip() else ""
 
 
-def to_mrkdwn(markdown: str, *, mentions: bool = False, broadcasts: bool = False) -> str:
+def to_mrkdwn(
+    markdown: str, *, mentions: bool = False, broadcasts: bool = False
+) -> str:
     """Agent Markdown to Slack mrkdwn: emphasis, code, fences, safe links, quotes, lists, headings.
 
     Lines stay lines; runs of blank lines collapse to one. "#" headings become bold lines, bullets
-    "• item", numbered lists stay as written. Fences lose their language (mrkdwn has no highlighting)
-    and a fence without a closing ``` runs to the end. Only http(s) and mailto links become links;
-    others (javascript:, data:, file:, relative) are written as their text. <@U…>/<#C…> mentions
-    pass through only with `mentions`, <!here>/<!channel>/<!everyone>/<!subteam^…> only with
-    `broadcasts`; otherwise they are escaped and shown as written.
+    "• item", numbered lists stay as written. Fences lose their language (mrkdwn has no
+    highlighting) and a fence without a closing ``` runs to the end. Only http(s) and mailto
+    links become links; others (javascript:, data:, file:, relative) are written as their text.
+    <@U…>/<#C…> mentions pass through only with `mentions`, <!here>/<!channel>/<!everyone>/
+    <!subteam^…> only with `broadcasts`; otherwise they are escaped and shown as written.
     """
     allow = _Allow(mentions, broadcasts)
     lines = lines_of(markdown)
@@ -321,7 +350,9 @@ def to_mrkdwn(markdown: str, *, mentions: bool = False, broadcasts: bool = False
 # never meet another backtick and make a fence)
 _CODE_PAIR_RE: Final = r"(?<!`)`[^`\s](?:[^`\n]*[^`\s])?`(?!`)"
 _CODE_PAIR = re.compile(_CODE_PAIR_RE)
-_HIDDEN: Final = "\ufffc"  # stands for a <...> token or entity: never a word character or marker
+_HIDDEN: Final = (
+    "\ufffc"  # stands for a <...> token or entity: never a word character or marker
+)
 
 
 def _pairs(line: str) -> list[tuple[int, int, str]]:
@@ -344,13 +375,23 @@ def _pairs(line: str) -> list[tuple[int, int, str]]:
             continue
         before = chars[p - 1] if p else " "
         after = chars[p + 1] if p < last else " "
-        if not before.isspace() and before != ch and not after.isalnum() and after != ch:
+        if (
+            not before.isspace()
+            and before != ch
+            and not after.isalnum()
+            and after != ch
+        ):
             opened = next((k for k, (mark, _) in enumerate(stack) if mark == ch), None)
             if opened is not None:
                 found.append((stack[opened][1], p, ch))
                 del stack[opened:]
                 continue
-        if not before.isalnum() and before != ch and not after.isspace() and after != ch:
+        if (
+            not before.isalnum()
+            and before != ch
+            and not after.isspace()
+            and after != ch
+        ):
             if all(mark != ch for mark, _ in stack):
                 stack.append((ch, p))
     return sorted(found, key=lambda f: (f[0], -f[1]))
@@ -362,9 +403,13 @@ _FENCE: Final = "```"
 _REOPEN: Final = "```\n"  # starts a part that continues a code block
 _CLOSE: Final = "\n```"  # ends a part that leaves a code block open
 _QUOTE_MARK: Final = "> "  # starts a part that continues a quoted line
-_OVERHEAD: Final = 10  # the most a part adds round its text: "> " and four markers, four closers
+_OVERHEAD: Final = (
+    10  # the most a part adds round its text: "> " and four markers, four closers
+)
 _MIN_LIMIT: Final = 32  # that overhead plus the largest atom that is never cut (16)
-_MAX_CLUSTER: Final = 8  # code points kept together (a character and its marks, an emoji sequence)
+_MAX_CLUSTER: Final = (
+    8  # code points kept together (a character and its marks, an emoji sequence)
+)
 _SPLIT_TOKEN = re.compile(
     r"<[^<>\n]*>|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,9});|```"
 )
@@ -395,7 +440,7 @@ def _regional(ch: str) -> bool:
 
 
 def _joins(cluster: str, ch: str) -> bool:
-    """Whether `ch` belongs with the characters before it (a mark, a joiner, a modifier, a flag half)."""
+    """Whether `ch` belongs with the characters before it: a mark, joiner, modifier, flag half."""
     if cluster[-1] == _ZWJ:
         return True
     if _regional(ch):
@@ -528,7 +573,9 @@ def _span_map(atoms: list[_Atom], inside: list[bool]) -> _Spans:
     return spans
 
 
-def _back_off(atoms: list[_Atom], index: list[int], opens: list[bool], chunk: list[str]) -> int:
+def _back_off(
+    atoms: list[_Atom], index: list[int], opens: list[bool], chunk: list[str]
+) -> int:
     """How many pieces to keep at a hard break: a part does not end on an opening marker or fence
     (or on one and the whitespace after it), unless that would leave it empty."""
     k = len(chunk)
@@ -558,7 +605,7 @@ def split_mrkdwn(text: str, limit: int = DEFAULT_PART_LIMIT) -> list[str]:
 
 
 def _split_parts(text: str, limit: int) -> list[tuple[str, str, str]]:
-    """`split_mrkdwn`'s parts as (what the split adds before, the text carried, what it adds after)."""
+    """`split_mrkdwn`'s parts as (added before, the text carried, added after)."""
     if limit < _MIN_LIMIT:
         raise ValueError(f"limit must be at least {_MIN_LIMIT}, got {limit}")
     atoms = _atoms(text, limit - _OVERHEAD)
@@ -576,7 +623,9 @@ def _split_parts(text: str, limit: int) -> list[tuple[str, str, str]]:
         index: list[int] = []  # the atom behind each piece of chunk
         used = len(head)
         has_text = False
-        code_text = False  # code other than whitespace since the block (re)opened in this part
+        code_text = (
+            False  # code other than whitespace since the block (re)opened in this part
+        )
         breaks: list[_Break] = []
         full = False
         while i < len(atoms):
@@ -588,10 +637,24 @@ def _split_parts(text: str, limit: int) -> list[tuple[str, str, str]]:
                 elif a.raw == "\n" and code_text and not fence_next[i]:
                     breaks.append(_Break(i, len(chunk), used, True, ()))
             if a.kind == "space" and code and fence_next[i]:
-                # whitespace before a closing fence needs room only for that fence
+                # whitespace before a closing fence needs room only for that fence; if even that
+                # is short, it goes, bar one newline (the room "\n```" kept before it is enough)
                 if used + a.size + len(_FENCE) > limit:
-                    while atoms[i].kind == "space":  # drop it rather than leave an empty block
+                    run = i
+                    while run > start and atoms[run - 1].kind == "space":
+                        run -= 1
+                    while index and index[-1] >= run:
+                        used -= atoms[index.pop()].size
+                        chunk.pop()
+                    while atoms[i].kind == "space":
                         i += 1
+                    newline = next(
+                        (k for k in range(run, i) if atoms[k].raw == "\n"), None
+                    )
+                    if newline is not None:
+                        chunk.append("\n")
+                        index.append(newline)
+                        used += 1
                     continue
             else:
                 closing = len(_CLOSE) if inside[i + 1] else len(spans.open[i + 1])
@@ -618,7 +681,9 @@ def _split_parts(text: str, limit: int) -> list[tuple[str, str, str]]:
             code, open_spans = inside[i], spans.open[i]
         content = "".join(chunk[:pieces])
         if content.strip():
-            parts.append((head, content, _CLOSE if code else "".join(reversed(open_spans))))
+            parts.append(
+                (head, content, _CLOSE if code else "".join(reversed(open_spans)))
+            )
         assert i > start, "split made no progress"
     return parts
 
