@@ -45,25 +45,19 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import argparse  # noqa: E402
-import faulthandler  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from bench.turns import REAPER, machine_cpu, spread  # noqa: E402
-from bench.writer import cpu_seconds, percentile  # noqa: E402
+from bench import gateway_e2e  # noqa: E402
+from bench.gateway_e2e import (  # noqa: E402, F401  (the names this module had before they were shared)
+    DRAIN_TIMEOUT_S, FETCH_EVERY_S, READY_TIMEOUT_S, RSS_EVERY_S, TARGETS, BenchStack, Sampler, percentile,
+    print_resources, progress, resources, rss_mb, rss_ok, send_plan, slope_per_min, spread,
+)
 
 AGENT, INSTANCE = "default", "tg"
 FIRST_USER = 2001
-READY_TIMEOUT_S = 60.0
-DRAIN_TIMEOUT_S = 30.0
-FETCH_EVERY_S = 5.0   # the fake keeps its last 5,000 records: read them as the run goes
-RSS_EVERY_S = 1.0
-TARGETS = {"p50": 50.0, "p99": 250.0, "growth": 1.5, "rss_ratio": 1.10, "rss_slack_mb": 2.0}
 
 
 def config_text(model_url: str, tg_url: str, chats: int, runners: int) -> str:
@@ -82,131 +76,32 @@ def message(chat: int, n: int) -> str:
     return f"chat {chat} #{n}: should the tomatoes go next to the basil this week?"
 
 
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def slope_per_min(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (t s, value) points, per minute."""
-    if len(points) < 2:
-        return 0.0
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    den = sum((t - mt) ** 2 for t, _ in points)
-    return 60 * sum((t - mt) * (v - mv) for t, v in points) / den if den else 0.0
-
-
 # ---------------------------------------------------------------- the stack
 
 
-class Stack:
-    """A home with the fake Bot API, the fake model, a writer, runners and the gateway; ``stop`` ends them all."""
+class Stack(BenchStack):
+    """bench/gateway_e2e.py's stack around the fake Bot API and the Telegram gateway in long-polling mode."""
 
-    def __init__(self, chats: int, runners: int) -> None:
-        self.chats = chats
-        self.names = [f"runner-{i}" for i in range(runners)]
-        self.home = self.tg = self.model = self.writer = self.gateway = None
-        self.runners: list = []
-        self.reaper: subprocess.Popen | None = None
+    service = "gateway_telegram"
+    fake_label = "fake bot api"
+    reaper_name = "telegram bench reaper"
 
-    def guard(self, pid: int) -> None:
-        """Tell the reaper about a process to stop should this one die without cleaning up."""
-        if self.reaper is not None and self.reaper.poll() is None:
-            self.reaper.stdin.write(f"pid {pid}\n".encode())
-            self.reaper.stdin.flush()
+    @property
+    def tg(self):
+        return self.fake
 
-    def start(self) -> None:
-        from common.personas import create_pack
-        from common.secrets import set_secret
-        from tests.fake_models import FakeModelsProcess
-        from tests.fake_telegram import DEFAULT_TOKEN, FakeTelegramProcess
-        from tests.procs import Proc, make_home, start_writer
+    def start_fake(self, root: Path):
+        from tests.fake_telegram import FakeTelegramProcess
 
-        self.home = make_home("")
-        reaper = REAPER.replace("turns bench reaper", "telegram bench reaper")
-        self.reaper = subprocess.Popen([sys.executable, "-c", reaper, str(self.home.root)], stdin=subprocess.PIPE,
-                                       start_new_session=True)  # not in the terminal's group: Ctrl-C spares it
-        self.model = FakeModelsProcess(self.home.root / "fake-model", lifetime=3600).start()
-        self.guard(self.model.proc.pid)
-        self.tg = FakeTelegramProcess(self.home.root / "fake-tg", lifetime=3600).start()
-        self.guard(self.tg.proc.pid)
-        text = config_text(self.model.openai_url, self.tg.url, self.chats, len(self.names))
-        self.home = make_home(text, root=self.home.root)
-        set_secret(self.home.paths.secrets_file, "openai", "sk-bench-not-a-real-key-1234")
-        set_secret(self.home.paths.secrets_file, "tg-token", DEFAULT_TOKEN)
-        create_pack(self.home.paths, AGENT)
-        self.writer = start_writer(self.home)
-        self.guard(self.writer.pid)
-        self.runners = [Proc(self.home, "runner", "--name", name) for name in self.names]
-        for proc in self.runners:
-            self.guard(proc.pid)
-        self.gateway = Proc(self.home, "gateway_telegram")
-        self.guard(self.gateway.pid)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        want = {*self.names, "gateway-telegram"}
-        while not want <= self.ready():
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"not ready in {READY_TIMEOUT_S:.0f}s: {sorted(want - self.ready())}\n"
-                                   f"{self.gateway.log_text()[-2000:]}")
-            time.sleep(0.05)
+        return FakeTelegramProcess(root / "fake-tg", lifetime=3600).start()
 
-    def ready(self) -> set[str]:
-        found = set()
-        for name in ("runner.log", "gateway_telegram.log"):  # both runners append to runner.log
-            path = self.home.paths.logs_dir / name
-            for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-                if '"event":"ready"' in line:
-                    try:
-                        found.add(json.loads(line)["service"])
-                    except (ValueError, KeyError):
-                        pass
-        return found
+    def config_text(self, model_url: str) -> str:
+        return config_text(model_url, self.fake.url, self.chats, len(self.names))
 
-    def check_alive(self) -> None:
-        for name, proc in self.procs().items():
-            if not proc.alive():
-                raise RuntimeError(f"{name} exited with {proc.popen.returncode}:\n{proc.log_text()[-3000:]}")
-        for fake in (self.tg, self.model):
-            if fake.proc.poll() is not None:
-                raise RuntimeError(f"{fake.name} exited with {fake.proc.returncode}")
+    def secrets(self) -> dict[str, str]:
+        from tests.fake_telegram import DEFAULT_TOKEN
 
-    def procs(self) -> dict:
-        return {"writer": self.writer, **dict(zip(self.names, self.runners)), "gateway": self.gateway}
-
-    def pids(self) -> dict[str, int]:
-        return {**{name: p.pid for name, p in self.procs().items()}, "fake bot api": self.tg.proc.pid,
-                "fake model": self.model.proc.pid, "bench (the people)": os.getpid()}
-
-    def stop(self, keep: bool = False) -> None:
-        from tests.procs import remove_home
-
-        for proc in [self.gateway, *self.runners, self.writer]:  # the writer last: the others hand back leases
-            if proc is not None:
-                proc.stop()
-        for fake in (self.tg, self.model):
-            if fake is not None:
-                fake.stop()
-        if self.home is not None and not keep:
-            remove_home(self.home)
-        if self.reaper is not None:
-            try:
-                self.reaper.stdin.write(b"done\n")
-                self.reaper.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.reaper.wait(5)
-            except subprocess.TimeoutExpired:
-                self.reaper.kill()
-                self.reaper.wait(5)
+        return {"tg-token": DEFAULT_TOKEN}
 
 
 # ---------------------------------------------------------------- the people
@@ -231,36 +126,6 @@ class Records:
         self._since = now - 1.0  # overlapping windows; records are keyed, so read twice is kept once
 
 
-class Sampler(threading.Thread):
-    """RSS of every process each second, the fake's records every few seconds."""
-
-    def __init__(self, stack: Stack, records: Records) -> None:
-        super().__init__(daemon=True)
-        self.stack = stack
-        self.records = records
-        self.rss: dict[str, list[tuple[float, float]]] = {name: [] for name in stack.pids()}
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def sample(self) -> None:
-        now = time.time()
-        for name, pid in self.stack.pids().items():
-            value = rss_mb(pid)
-            if value is not None:
-                self.rss[name].append((now, value))
-
-    def run(self) -> None:
-        next_fetch = time.monotonic() + FETCH_EVERY_S
-        try:
-            while not self.stop.wait(RSS_EVERY_S):
-                self.sample()
-                if time.monotonic() >= next_fetch:
-                    self.records.fetch()
-                    next_fetch += FETCH_EVERY_S
-        except BaseException as exc:  # reported by the run
-            self.error = exc
-
-
 def drive(stack: Stack, args) -> dict:
     """Queue the chats' messages on schedule for warmup + seconds, then drain. Times are time.time()."""
     records = Records(stack.tg)
@@ -269,70 +134,39 @@ def drive(stack: Stack, args) -> dict:
     idle_rss = {name: points[-1][1] for name, points in sampler.rss.items() if points}
     users = [FIRST_USER + i for i in range(args.chats)]
     texts: dict[int, tuple[int, str]] = {}  # update_id -> (chat, text)
-    lag: list[float] = []
     start = time.time() + 0.2
     w0, w1 = start + args.warmup, start + args.warmup + args.seconds
     plan = sorted((start + k * args.period + i * args.period / len(users), user, k)
                   for i, user in enumerate(users)
                   for k in range(int((args.warmup + args.seconds) / args.period) + 1))
     plan = [p for p in plan if p[0] < w1]
-    cpu0 = cpu1 = mach0 = mach1 = None
-    sampler.start()
-    try:
-        for at, user, k in plan:
-            if cpu0 is None and at >= w0:
-                time.sleep(max(0.0, w0 - time.time()))
-                cpu0, mach0 = cpu_seconds(stack.pids()), machine_cpu()
-                sampler.sample()
-            time.sleep(max(0.0, at - time.time()))
-            lag.append(time.time() - at)
-            update = stack.tg.message(message(user, k), user=user)
-            texts[update["update_id"]] = (user, message(user, k))
-        time.sleep(max(0.0, w1 - time.time()))
-        cpu1, mach1 = cpu_seconds(stack.pids()), machine_cpu()
-        sampler.sample()
-        sampler.stop.set()
-        sampler.join(10)  # the drain below reads the records in this thread alone
-        stack.check_alive()
-        # drain: every message answered, or the timeout
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while True:
-            records.fetch()
-            answered = Counter(r["text"] for r in records.sent.values())
-            missing = [uid for uid, (_, text) in texts.items() if not answered.get("echo: " + text)]
-            if not missing or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        time.sleep(1.0)  # a late duplicate would show
+
+    def send(user: int, k: int) -> None:
+        update = stack.tg.message(message(user, k), user=user)
+        texts[update["update_id"]] = (user, message(user, k))
+
+    sent = send_plan(stack, sampler, plan, send, w0, w1)
+    stack.check_alive()
+    # drain: every message answered, or the timeout
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while True:
         records.fetch()
-    finally:
-        sampler.stop.set()
-        sampler.join(10)
-    if sampler.error is not None:
-        raise sampler.error
+        answered = Counter(r["text"] for r in records.sent.values())
+        missing = [uid for uid, (_, text) in texts.items() if not answered.get("echo: " + text)]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    time.sleep(1.0)  # a late duplicate would show
+    records.fetch()
     actions = stack.tg.actions()
-    return {"records": records, "texts": texts, "lag": lag, "w0": w0, "w1": w1, "start": start,
-            "rss": sampler.rss, "idle_rss": idle_rss, "cpu": (cpu0, cpu1), "machine": (mach0, mach1),
+    return {"records": records, "texts": texts, "w0": w0, "w1": w1, "start": start,
+            "rss": sampler.rss, "idle_rss": idle_rss, **sent,
             "actions": [a for a in actions if w0 <= a["ts"] < w1]}
 
 
 def db_split(stack: Stack, since: float) -> dict[str, tuple[float, float, float | None]]:
     """text -> (user turn created_at, answer's outbox created_at, sent_at), as the writer stamped them."""
-    from common import db
-    from common.db import read_tx
-    from common.stores import outbox_store, turn_store
-
-    conn = db.open_reader(stack.home.paths.db_file)
-    found = {}
-    try:
-        with read_tx(conn) as tx:
-            for _id, turn_id, _chat, _state, created, sent_at in outbox_store.times(tx, INSTANCE, since):
-                turn = turn_store.get(tx, turn_id) if turn_id else None
-                if turn is not None:
-                    found[turn.content] = (turn.created_at, created, sent_at)
-    finally:
-        conn.close()
-    return found
+    return gateway_e2e.db_split(stack, INSTANCE, since)
 
 
 # ---------------------------------------------------------------- report
@@ -370,21 +204,10 @@ def analyse(stack: Stack, run: dict) -> dict:
     duplicates = sum(len(v) - 1 for t, v in by_text.items() if len(v) > 1)
     strays = [t for t in by_text if t.removeprefix("echo: ") not in {x for _, x in texts.values()}]
     in_window = sum(1 for rec in records.sent.values() if w0 <= rec["ts"] < w1)
-    rss = {}
-    for name, points in run["rss"].items():
-        inside = [(t, v) for t, v in points if w0 - 0.5 <= t <= w1 + 0.5]
-        if inside:
-            rss[name] = {"idle": run["idle_rss"].get(name), "start": inside[0][1], "end": inside[-1][1],
-                         "slope": slope_per_min(inside)}
-    (cpu0, cpu1), (m0, m1) = run["cpu"], run["machine"]
-    window = w1 - w0
-    cpu = {k: (cpu1[k] - cpu0[k]) / window for k in cpu1 if k in cpu0} if cpu0 and cpu1 else {}
-    machine = {"busy": (m1[0] - m0[0]) / window, "steal": (m1[1] - m0[1]) / window} if m0 and m1 else {}
     p50s = [percentile(sorted(t), 50) for t in thirds]
     return {"latency": latency, "thirds": thirds, "p50s": p50s, "split": split, "missing": missing,
             "wrong_chat": wrong_chat, "duplicates": duplicates, "strays": strays, "in_window": in_window,
-            "rss": rss, "cpu": cpu, "machine": machine,
-            "growth": p50s[2] / p50s[0] if p50s[0] > 0 else float("inf")}
+            **resources(run), "growth": p50s[2] / p50s[0] if p50s[0] > 0 else float("inf")}
 
 
 def report(args, stack: Stack, run: dict, res: dict) -> int:
@@ -411,18 +234,7 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
         print(f"    {label:58s} {spread(values)}")
     print(f"throughput: {rate:.1f} replies/s arrived in the window ({res['in_window']} replies);"
           f" typing actions in the window: {len(run['actions'])}")
-    print("RSS MB (idle after start -> window start -> window end; slope over the window):")
-    for name, r in res["rss"].items():
-        idle = f"{r['idle']:.1f}" if r["idle"] is not None else "?"
-        print(f"  {name:20s} {idle:>7s} -> {r['start']:7.1f} -> {r['end']:7.1f}   {r['slope']:+.2f} MB/min")
-    if res["cpu"]:
-        print("CPU in the window (share of one core): "
-              + ", ".join(f"{k} {v:.0%}" for k, v in res["cpu"].items())
-              + f"; total {sum(res['cpu'].values()):.2f} of {os.cpu_count()} cores")
-    if res["machine"]:
-        others = max(0.0, res["machine"]["busy"] - sum(res["cpu"].values()))
-        print(f"the whole machine in the window: {res['machine']['busy']:.2f} cores busy, of which {others:.2f}"
-              f" not this benchmark's processes; steal {res['machine']['steal']:.2f}")
+    print_resources(res)
     ok = not res["missing"] and not res["duplicates"] and not res["strays"] and not res["wrong_chat"]
     print(f"answers checked: {'OK' if ok else 'MISMATCH'} ({len(run['texts'])} messages; missing"
           f" {len(res['missing'])}, duplicates {res['duplicates']}, strays {len(res['strays'])},"
@@ -430,10 +242,8 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
     for text in res["missing"][:5]:
         print(f"  unanswered: {text}")
     procs = [n for n in res["rss"] if n in stack.procs()]
-    rss_ok = all(res["rss"][n]["end"] <= res["rss"][n]["start"] * TARGETS["rss_ratio"] + TARGETS["rss_slack_mb"]
-                 for n in procs)
     met = {"p50": p50 < TARGETS["p50"], "p99": p99 < TARGETS["p99"], "growth": res["growth"] < TARGETS["growth"],
-           "rss": rss_ok}
+           "rss": rss_ok(res, procs)}
     print(f"targets: p50 < {TARGETS['p50']:g} ms {'met' if met['p50'] else 'NOT met'} ({p50:.1f});"
           f" p99 < {TARGETS['p99']:g} ms {'met' if met['p99'] else 'NOT met'} ({p99:.1f});"
           f" latency growth < {TARGETS['growth']:g} {'met' if met['growth'] else 'NOT met'} ({res['growth']:.2f});"
@@ -476,40 +286,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def progress(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.chats < 1 or args.seconds <= 0 or args.warmup < 0 or args.period <= 0 or args.runners < 1:
         print("--chats, --seconds, --period and --runners must be positive, --warmup not negative", file=sys.stderr)
         return 2
 
-    def on_term(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # so that every process is stopped and the temp home removed
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    faulthandler.enable()
-    stack = None
-    try:
-        stack = Stack(args.chats, args.runners)
-        progress("starting the processes")
-        stack.start()
-        print(f"pids: {stack.pids()}", flush=True)
+    def body(stack: Stack) -> int:
         progress(f"running: {args.warmup:g}s warm-up, {args.seconds:g}s measured, then the drain")
         run = drive(stack, args)
         progress("reading the results")
         return report(args, stack, run, analyse(stack, run))
-    finally:
-        if stack is not None:
-            stack.stop(keep=args.keep)
+
+    return gateway_e2e.run(args, Stack(args.chats, args.runners), body)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("interrupted; every process stopped, the temporary home removed", file=sys.stderr)
-        sys.exit(130)
+    gateway_e2e.main_guard(main)

@@ -5,11 +5,19 @@ is stopped at the end, whatever happens.
 Crash tests: ``kill_gateway()``, ``kill_runner(i)`` and ``kill_writer()`` kill -9 one process and start it
 again as production would (the writer answering a ping, the gateway ready), returning the new Proc.
 A platform's stack subclasses `GatewayStack`: it starts its fake in ``start_fake`` and returns the
-gateway's config and secrets from ``gateway_config``."""
+gateway's config and secrets from ``gateway_config``.
+
+For streams under crashes (tests/test_*_durability.py): ``stream_plan`` and ``Feeder`` send each
+conversation's messages on a schedule from a thread of their own, ``repeats_per_kill`` says which kill
+each repeated reply belongs to, ``log_events`` reads a service's JSON log lines."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from pathlib import Path
+from typing import Callable, Hashable
 
 from common import db
 from common.personas import create_pack
@@ -109,3 +117,63 @@ def _kill(proc: Proc | None) -> None:
     if proc is not None:
         proc.kill9()
         proc.stop()  # closes its log file; the process is gone already
+
+
+# ---------------------------------------------------------------- streams under crashes
+
+
+def log_events(text: str, event: str) -> list[dict]:
+    """The JSON log lines of ``text`` whose event is ``event``."""
+    found = []
+    for line in text.splitlines():
+        if f'"event":"{event}"' in line:
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                pass
+    return found
+
+
+def stream_plan(conversations: list, schedule: list[float], spread_s: float) -> list[tuple[float, Hashable, int]]:
+    """(seconds from the start, conversation, k), in time order: conversation i sends its k-th message at
+    ``schedule[k] + i * spread_s / len(conversations)`` (conversations start spread, so replies do not
+    come in bursts)."""
+    return sorted((at + i * spread_s / len(conversations), c, k)
+                  for k, at in enumerate(schedule) for i, c in enumerate(conversations))
+
+
+class Feeder(threading.Thread):
+    """Sends a ``stream_plan`` from a thread of its own: ``send(conversation, k)`` sends one message and returns
+    its text, kept in ``sent[conversation]`` in order. ``stop`` ends it early; an error is kept in ``error``."""
+
+    def __init__(self, plan: list[tuple[float, Hashable, int]], send: Callable[[Hashable, int], str]) -> None:
+        super().__init__(daemon=True)
+        self.plan = plan
+        self.send = send
+        self.sent: dict[Hashable, list[str]] = {}
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        try:
+            for at, conversation, k in self.plan:
+                if self.stop.wait(max(0.0, start + at - time.monotonic())):
+                    return
+                self.sent.setdefault(conversation, []).append(self.send(conversation, k))
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def repeats_per_kill(copies: dict[str, list[float]], kills: list[tuple[str, float]]) -> dict[str, int]:
+    """How many replies sent twice each kill explains: ``copies`` maps a reply to the times its copies reached
+    the platform, ``kills`` is [(name, time)]; a repeat belongs to the last kill between its first two copies,
+    or to "none" (a repeat no crash explains). Every kill is in the answer, with 0 when it explains none."""
+    per_kill = {name: 0 for name, _ in kills}
+    for times in copies.values():
+        if len(times) >= 2:
+            first, second = sorted(times)[:2]
+            between = [name for name, at in kills if first <= at <= second]
+            key = between[-1] if between else "none"
+            per_kill[key] = per_kill.get(key, 0) + 1
+    return per_kill

@@ -86,6 +86,16 @@ def test_a_mention_is_answered_in_its_thread_and_the_thread_goes_on_without_ment
     assert not model_saw(sl, "chatter without the bot")
 
 
+def test_a_reply_right_behind_the_mention_that_starts_its_thread_is_answered(sl):
+    sl.sl.add_channel("C203", member=True)
+    for i in range(5):  # no wait between the mention and the reply: the reply waits for the mention's turn
+        mention = sl.sl.app_mention("C203", "U105", f"start {i}")
+        ts = mention["payload"]["event"]["ts"]
+        sl.sl.message("C203", "U105", f"right behind {i}", thread_ts=ts, channel_type="channel")
+    sl.posted("C203", 10)
+    assert 10 == len(sl.sl.records("posted", channel="C203"))
+
+
 def test_the_same_message_as_mention_and_message_event_is_one_turn(sl):
     sl.sl.add_channel("C201", member=True)
     ts = "1700000000.000201"

@@ -14,13 +14,12 @@ back in seconds.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections import Counter, defaultdict
 
 from common.db import read_tx
 from common.stores import outbox_store, turn_store
+from tests.gateway_stack import Feeder, log_events, repeats_per_kill, stream_plan
 from tests.procs import wait_until
 from tests.telegram_stack import stack
 
@@ -78,17 +77,6 @@ def check_database(s, expected: dict[int, list[str]]) -> dict[str, int]:
     return {"retaken_turns": retaken}
 
 
-def log_events(text: str, event: str) -> list[dict]:
-    found = []
-    for line in text.splitlines():
-        if f'"event":"{event}"' in line:
-            try:
-                found.append(json.loads(line))
-            except ValueError:
-                pass
-    return found
-
-
 def test_hundred_messages_from_ten_chats_answered_once_in_order():
     expected = {u: [text_of(u, k) for k in range(PER_CHAT)] for u in USERS}
     with stack(gateway=GATEWAY) as s:
@@ -115,28 +103,14 @@ SPREAD_S = 1.4  # chats start spread over this, so replies are not sent in burst
 #                 the window in which one kill repeats several replies)
 
 
-class Feeder(threading.Thread):
+def feeder(tg) -> Feeder:
     """Each chat sends PER_CHAT messages at SCHEDULE's times, chat i starting i * SPREAD_S / 10 s late."""
 
-    def __init__(self, tg) -> None:
-        super().__init__(daemon=True)
-        self.tg = tg
-        self.sent: dict[int, list[str]] = defaultdict(list)
-        self.error: BaseException | None = None
-        self.stop = threading.Event()
+    def send(user: int, k: int) -> str:
+        tg.message(text_of(user, k), user=user)
+        return text_of(user, k)
 
-    def run(self) -> None:
-        start = time.monotonic()
-        plan = sorted((start + at + i * SPREAD_S / len(USERS), u, k)
-                      for k, at in enumerate(SCHEDULE) for i, u in enumerate(USERS))
-        try:
-            for at, user, k in plan:
-                if self.stop.wait(max(0.0, at - time.monotonic())):
-                    return
-                self.tg.message(text_of(user, k), user=user)
-                self.sent[user].append(text_of(user, k))
-        except BaseException as exc:  # reported by the test
-            self.error = exc
+    return Feeder(stream_plan(USERS, SCHEDULE, SPREAD_S), send)
 
 
 def runner_busy(s, pid: int) -> bool:
@@ -158,9 +132,9 @@ def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
             with read_tx(reader) as conn:
                 return outbox_store.count_by_state(conn).get("claimed", 0)
 
-        feeder = Feeder(s.tg)
+        feed = feeder(s.tg)
         kills: list[tuple[str, float]] = []
-        feeder.start()
+        feed.start()
         try:
             time.sleep(2.0)
             wait_until(lambda: held_rows() >= 3, timeout=5, what="the gateway to hold outbox rows")
@@ -177,13 +151,13 @@ def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
             kills.append(("writer", time.time()))
             s.kill_writer()
         except BaseException:
-            feeder.stop.set()
+            feed.stop.set()
             raise
         finally:
-            feeder.join(timeout=30)
-        assert feeder.error is None, feeder.error
-        assert not feeder.is_alive()
-        expected = dict(feeder.sent)
+            feed.join(timeout=30)
+        assert feed.error is None, feed.error
+        assert not feed.is_alive()
+        expected = dict(feed.sent)
         assert sum(map(len, expected.values())) == len(USERS) * PER_CHAT
         wait_answered(s, expected)
 
@@ -196,13 +170,10 @@ def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
         assert max(counts.values()) <= 2, {t: n for t, n in counts.items() if n > 2}
 
         # each repeat belongs to the kill between its two copies
-        per_kill = {name: 0 for name, _ in kills}
-        for text, n in counts.items():
-            if n == 2:
-                first, second = sorted(r["ts"] for r in records if r["text"] == text)
-                between = [name for name, at in kills if first <= at <= second]
-                key = between[-1] if between else "none"
-                per_kill[key] = per_kill.get(key, 0) + 1
+        copies: dict[str, list[float]] = defaultdict(list)
+        for r in records:
+            copies[r["text"]].append(r["ts"])
+        per_kill = repeats_per_kill(copies, kills)
         retaken_rows = len(log_events(s.gateway.log_text(), "outbox_retaken"))
         db = check_database(s, expected)
         print(f"\nduplicates per kill: {per_kill} (total {sum(per_kill.values())});"

@@ -123,7 +123,7 @@ class Gateway:
                 await self.reply(channel, msg.chat, notice, key=f"{key}:pair-notice")
             return "pairing"
         if not msg.private and not msg.addressed and channel.cfg.groups == "mention":
-            log.debug("inbound_not_addressed")
+            log.info("inbound_not_addressed", sender=msg.sender)
             return "not_addressed"
         if msg.command == "/start":
             await self.reply(channel, msg.chat, f"Hi! I'm {channel.agent}. Write to me to talk; /help lists the"

@@ -50,6 +50,7 @@ class SlackChannel(Channel):
         self.signing_secret = ""
         self.threads: OrderedDict[str, None] = OrderedDict()  # chats (channel threads) the bot took part in
         self.in_order = InOrder()
+        self.tasks: set[asyncio.Task] = set()
         self.reacted: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------ start
@@ -146,7 +147,9 @@ class SlackChannel(Channel):
                         self.log.info("socket_disconnect", reason=reason)
                         return reason or ("hello" if greeted else "failed")
                     elif isinstance(data.get("envelope_id"), str):
-                        asyncio.create_task(self._envelope(ws, data))
+                        task = asyncio.create_task(self._envelope(ws, data))
+                        self.tasks.add(task)  # the loop holds tasks weakly: keep each until it is done
+                        task.add_done_callback(self.tasks.discard)
                 close_code = ws.close_code
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             self.log.warning("socket_failed", error=f"{type(exc).__name__}: {exc}")
@@ -189,6 +192,10 @@ class SlackChannel(Channel):
             return "skipped"
         chat = parsed.msg.chat
         async with self.in_order.hold(chat):  # one conversation's events in arrival order
+            # judged again once the earlier events of this conversation are stored: a reply that came
+            # right behind the mention starting its thread belongs to that thread too
+            if not parsed.msg.addressed and parsed.msg.meta.get("thread_ts") and self._in_thread(chat):
+                parsed.msg.addressed = True
             outcome = await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg))
         if outcome == "accepted" and not parsed.msg.private:
             self._took_part(chat)

@@ -39,6 +39,7 @@ class WhatsAppChannel(Channel):
         self.verify_token = ""
         self.typed: dict[str, float] = {}
         self.in_order = InOrder()
+        self.tasks: set[asyncio.Task] = set()
 
     @staticmethod
     def normalize_id(value: str) -> str:
@@ -128,7 +129,9 @@ class WhatsAppChannel(Channel):
                     outcome = await self.gateway.submit(self, parsed.msg, fetch=lambda msg, p=parsed: self._fetch(p, msg))
                 outcomes.append(outcome)
                 if outcome == "accepted":  # blue ticks at once; the typing indicator follows if the agent is slow
-                    asyncio.create_task(self._mark_read(parsed.msg.platform_msg_id))
+                    task = asyncio.create_task(self._mark_read(parsed.msg.platform_msg_id))
+                    self.tasks.add(task)  # the loop holds tasks weakly: keep each until it is done
+                    task.add_done_callback(self.tasks.discard)
             for status in inbound.statuses(value):
                 if isinstance(status, inbound.Skip):
                     self.log.info("status_skipped", reason=status.reason)
