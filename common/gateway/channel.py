@@ -31,6 +31,29 @@ class InboundMessage:
     room: str = ""            # in a group: the id `allow` names (a Slack channel for a thread's chat); "" = chat
 
 
+class Skip(NamedTuple):
+    """A platform event that is not a message for the agent (malformed, unknown, a bot's own): why."""
+
+    reason: str
+
+
+@dataclass
+class FileRef:
+    """A file attached to an inbound message, fetched only once the sender passed the access check."""
+
+    kind: str   # photo, document, voice note, image, ...: what the agent is told
+    ref: str    # the platform's handle: a Telegram file_id, a Slack download URL, a WhatsApp media id
+    size: int   # as the platform announced it (0: unknown)
+    name: str
+
+
+@dataclass
+class Parsed:
+    msg: InboundMessage
+    files: list[FileRef] = field(default_factory=list)
+    date: float = 0.0  # when it was sent (the attachments folder's date)
+
+
 class Sent(NamedTuple):
     platform_msg_id: str = ""
 

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator
 import aiohttp
 
 from common.errors import StarlingError
+from common.gateway.http import NetworkError, download
 
 CALL_TIMEOUT_S = 30.0
 
@@ -24,10 +25,6 @@ class SlackError(StarlingError):
         self.method = method
         self.error = error
         self.retry_after = retry_after
-
-
-class NetworkError(StarlingError):
-    """No usable answer (connection refused, timeout, 5xx, not JSON): worth a retry."""
 
 
 class SlackApi:
@@ -82,19 +79,10 @@ class SlackApi:
         except aiohttp.ClientError as exc:
             raise NetworkError(f"upload: {type(exc).__name__}") from None
 
-    async def download(self, url: str, chunk: int = 65536) -> AsyncIterator[bytes]:
-        """A file a person shared (`url_private_download`), fetched with the bot token."""
-        try:
-            async with self.session.get(url, headers={"Authorization": f"Bearer {self.token}"},
-                                        allow_redirects=False, timeout=aiohttp.ClientTimeout(total=300)) as resp:
-                if resp.status != 200:
-                    raise NetworkError(f"download: HTTP {resp.status}")
-                async for piece in resp.content.iter_chunked(chunk):
-                    yield piece
-        except asyncio.TimeoutError as exc:
-            raise NetworkError("download: no answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise NetworkError(f"download: {type(exc).__name__}") from None
+    def download(self, url: str) -> AsyncIterator[bytes]:
+        """A file a person shared (`url_private_download`), fetched with the bot token; without it Slack
+        answers with a redirect to its sign-in page, which is an error here."""
+        return download(self.session, url, {"Authorization": f"Bearer {self.token}"})
 
 
 def _seconds(value: str | None) -> float:

@@ -218,7 +218,7 @@ class SlackChannel(Channel):
         cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
         for ref in parsed.files:
             async def chunks(ref=ref):
-                return self.api.download(ref.url)
+                return self.api.download(ref.ref)
 
             await attachments.attach(msg, ref.kind, f"{msg.platform_msg_id}-{ref.name}", ref.size, cap,
                                      self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log)

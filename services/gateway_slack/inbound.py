@@ -5,10 +5,9 @@ payload's JSON; anything malformed or not for the agent is a Skip with a reason.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-from common.gateway.channel import InboundMessage
+from common.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 HANDLED_SUBTYPES = (None, "", "file_share", "thread_broadcast")
 _LEADING_MENTION = re.compile(r"^\s*<@[A-Z0-9]+>[\s,:]*")
@@ -18,25 +17,6 @@ class Me(NamedTuple):
     user_id: str
     bot_id: str
     team_id: str
-
-
-class Skip(NamedTuple):
-    reason: str
-
-
-@dataclass
-class FileRef:
-    kind: str
-    url: str
-    size: int
-    name: str
-
-
-@dataclass
-class Parsed:
-    msg: InboundMessage
-    files: list[FileRef] = field(default_factory=list)
-    date: float = 0.0
 
 
 def chat_of(channel: str, thread_ts: str, private: bool) -> str:

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 from common.errors import StarlingError
+from common.gateway.http import NetworkError, download
 
 CALL_TIMEOUT_S = 30.0
 
@@ -30,10 +31,6 @@ class ApiError(StarlingError):
     @property
     def bad_entities(self) -> bool:
         return self.code == 400 and "can't parse entities" in self.description.lower()
-
-
-class NetworkError(StarlingError):
-    """No answer from the Bot API (connection refused, timeout, not JSON): worth a retry."""
 
 
 class BotApi:
@@ -79,19 +76,9 @@ class BotApi:
             form.add_field(field, fh, filename=path.name)
             return await self.call(method, form=form, timeout=300.0)
 
-    async def download(self, file_path: str, chunk: int = 65536) -> AsyncIterator[bytes]:
+    def download(self, file_path: str) -> AsyncIterator[bytes]:
         """The content of a file getFile described, in chunks."""
-        url = f"{self.base}/file/bot{self.token}/{file_path}"
-        try:
-            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=300)) as resp:
-                if resp.status != 200:
-                    raise NetworkError(f"download: HTTP {resp.status}")
-                async for piece in resp.content.iter_chunked(chunk):
-                    yield piece
-        except asyncio.TimeoutError as exc:
-            raise NetworkError("download: no answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise NetworkError(f"download: {self._hide(str(exc)) or type(exc).__name__}") from None
+        return download(self.session, f"{self.base}/file/bot{self.token}/{file_path}", hide=self._hide)
 
 
 def _number(value: Any) -> float:

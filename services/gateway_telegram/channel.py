@@ -172,7 +172,7 @@ class TelegramChannel(Channel):
         cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
         for ref in parsed.files:
             async def chunks(ref=ref):
-                info = await self.api.call("getFile", {"file_id": ref.file_id})
+                info = await self.api.call("getFile", {"file_id": ref.ref})
                 return self.api.download(str(info["file_path"]))
 
             await attachments.attach(msg, ref.kind, f"{msg.platform_msg_id}-{ref.name}", ref.size, cap,

@@ -3,10 +3,9 @@ files to fetch. Pure functions over the update's JSON; anything malformed is a S
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from common.gateway.channel import InboundMessage
+from common.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 HANDLED = ("message", "edited_message")
 QUOTE_CHARS = 300
@@ -15,25 +14,6 @@ QUOTE_CHARS = 300
 class Me(NamedTuple):
     id: int
     username: str
-
-
-class Skip(NamedTuple):
-    reason: str
-
-
-@dataclass
-class FileRef:
-    kind: str       # photo | document | voice | audio | video | ...
-    file_id: str
-    size: int       # as Telegram reported it (0: unknown)
-    name: str
-
-
-@dataclass
-class Parsed:
-    msg: InboundMessage
-    files: list[FileRef] = field(default_factory=list)
-    date: float = 0.0
 
 
 def parse(update: Any, me: Me, instance: str) -> Parsed | Skip:

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator
 import aiohttp
 
 from common.errors import StarlingError
+from common.gateway.http import NetworkError, download
 
 CALL_TIMEOUT_S = 30.0
 
@@ -23,10 +24,6 @@ class GraphError(StarlingError):
         self.message = message
         self.details = details
         self.http = http
-
-
-class NetworkError(StarlingError):
-    """No usable answer (connection refused, timeout, 5xx without an error body): worth a retry."""
 
 
 class GraphApi:
@@ -86,14 +83,6 @@ class GraphApi:
         """The media object of an inbound file: its short-lived `url`, `file_size`, `mime_type`."""
         return await self._request("GET", f"{self.base}/{media_id}", "media")
 
-    async def download(self, url: str, chunk: int = 65536) -> AsyncIterator[bytes]:
-        try:
-            async with self.session.get(url, headers=self._auth, timeout=aiohttp.ClientTimeout(total=300)) as resp:
-                if resp.status != 200:
-                    raise NetworkError(f"media download: HTTP {resp.status} (the URL may have expired)")
-                async for piece in resp.content.iter_chunked(chunk):
-                    yield piece
-        except asyncio.TimeoutError as exc:
-            raise NetworkError("media download: no answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise NetworkError(f"media download: {type(exc).__name__}") from None
+    def download(self, url: str) -> AsyncIterator[bytes]:
+        """An inbound media file from its short-lived URL (an expired one is an error: fetch the media again)."""
+        return download(self.session, url, self._auth, what="media download (the URL may have expired)")

@@ -146,7 +146,7 @@ class WhatsAppChannel(Channel):
         for ref in parsed.files:
             size = 0
             try:
-                media = await self.api.media(ref.media_id)
+                media = await self.api.media(ref.ref)
                 size = int(media.get("file_size") or 0)
                 url = str(media["url"])
             except (GraphError, NetworkError, KeyError, TypeError, ValueError) as exc:
@@ -158,7 +158,7 @@ class WhatsAppChannel(Channel):
             async def chunks(url=url):
                 return self.api.download(url)
 
-            await attachments.attach(msg, ref.kind, f"{ref.media_id}-{ref.name}", size, cap,
+            await attachments.attach(msg, ref.kind, f"{ref.ref}-{ref.name}", size, cap,
                                      self.gateway.paths.attachments_dir, self.agent, parsed.date or time.time(),
                                      chunks, self.log)
 

@@ -3,37 +3,18 @@ Pure functions over the payload's JSON; anything malformed or unknown is a Skip 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from common.gateway.channel import InboundMessage
+from common.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 MEDIA_KINDS = ("image", "audio", "document", "video", "sticker")
 STATUSES = ("sent", "delivered", "read", "failed")
-
-
-class Skip(NamedTuple):
-    reason: str
 
 
 class Status(NamedTuple):
     wamid: str
     status: str
     error: str
-
-
-@dataclass
-class FileRef:
-    kind: str
-    media_id: str
-    name: str
-
-
-@dataclass
-class Parsed:
-    msg: InboundMessage
-    files: list[FileRef] = field(default_factory=list)
-    date: float = 0.0
 
 
 def values(payload: Any, phone_number_id: str) -> list[dict] | Skip:
@@ -86,7 +67,7 @@ def _message(msg: Any, names: dict, instance: str) -> Parsed | Skip:
         text = str(media.get("caption") or "")
         kind_name = "voice note" if kind == "audio" and media.get("voice") else kind
         name = str(media.get("filename") or f"{kind}-{media['id']}{_ext(str(media.get('mime_type') or ''))}")
-        files.append(FileRef(kind_name, media["id"], name))
+        files.append(FileRef(kind_name, media["id"], 0, name))
     elif kind == "button" and isinstance(msg.get("button"), dict):
         text = str(msg["button"].get("text") or "")
     elif kind == "interactive" and isinstance(msg.get("interactive"), dict):
