@@ -49,3 +49,29 @@ def test_events_over_http_are_verified_stored_then_answered():
         assert 400 == garbage.status and s.gateway.alive()
         assert secret not in s.gateway.log_text() and json.dumps(secret) not in s.home.paths.db_file.read_bytes().decode(
             "latin-1")
+
+
+def test_two_workspaces_in_one_process_each_answer_their_own():
+    from common.secrets import set_secret
+    from tests.fake_slack import app_defaults
+
+    second = app_defaults(2)
+    gateway = (f'[[gateways.slack]]\nid = "sl"\napi_base = "{{API}}"\nallow = ["{OWNER}"]\nping_interval_s = 1\n'
+               f'[[gateways.slack]]\nid = "sl2"\napi_base = "{{API}}"\nallow = ["{OWNER}"]\nping_interval_s = 1\n'
+               'bot_token = "slack-bot-2"\napp_token = "slack-app-2"\n')
+    with slack_stack(gateway=gateway, apps=[{}, {}]) as s:
+        set_secret(s.home.paths.secrets_file, "slack-bot-2", second["bot_token"])
+        set_secret(s.home.paths.secrets_file, "slack-app-2", second["app_token"])
+        s.start_gateway()
+        s.sl.message("D1", OWNER, "to the first", channel_type="im")
+        s.sl.message("D2", OWNER, "to the second", channel_type="im", app=second["app_id"])
+        first, other = s.posted("D1", 1), s.posted("D2", 1)
+        assert ("echo: to the first", "echo: to the second") == (first[0]["text"], other[0]["text"])
+        assert (app_defaults(1)["app_id"], second["app_id"]) == (first[0]["app"], other[0]["app"])
+        assert (["to the first"], ["to the second"]) == (user_turns_of(s, "sl", "D1"), user_turns_of(s, "sl2", "D2"))
+
+
+def user_turns_of(s, instance: str, chat: str) -> list[str]:
+    conn = s.reader()
+    with db.read_tx(conn):
+        return [t.content for t in turn_store.user_turns_for_chat(conn, instance, chat)]
