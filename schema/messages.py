@@ -382,7 +382,8 @@ class PurgeSessions(Msg):
 
 
 class PurgeAudit(Msg):
-    """Retention: delete audit rows and tool executions older than ``before``."""
+    """Retention: delete audit rows, tool executions and finished cron runs (each job keeps its latest)
+    older than ``before``."""
 
     before: float
     max_rows: Int = 5000

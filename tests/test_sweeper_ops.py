@@ -298,3 +298,19 @@ def test_remove_files_removes_only_paths_inside_its_folder(tmp_path):
                                tmp_path / "attachments")
     # the emptied day folder goes too
     assert (1, 5, 1, True, False) == (freed.files, freed.bytes, freed.folders, other.exists(), inside.exists())
+
+
+def test_purge_audit_deletes_finished_cron_runs_but_keeps_each_jobs_latest(conn):
+    from common.stores import cron_store
+
+    DAY_ = 86400.0
+    busy = apply(conn, m.CronAdd(name="busy", prompt="p", agent="default", deliver_instance="cli",
+                                 deliver_chat="c", schedule="0 * * * *", active_since=T - 10 * DAY_)).id
+    quiet = apply(conn, m.CronAdd(name="quiet", prompt="p", agent="default", deliver_instance="cli",
+                                  deliver_chat="c", schedule="0 0 1 1 *", active_since=T - 10 * DAY_)).id
+    apply(conn, m.CronSkip(job_id=busy, scheduled_for=[T - 3 * DAY_, T - 2 * DAY_], reason="missed"))
+    apply(conn, m.CronFire(job_id=busy, scheduled_for=T - DAY_, started_at=T - DAY_))  # still running
+    apply(conn, m.CronSkip(job_id=quiet, scheduled_for=[T - 5 * DAY_], reason="missed"))
+    result = apply(conn, m.PurgeAudit(before=T))
+    assert 2 == result.rows.get("cron_runs")
+    assert T - DAY_ == cron_store.last_scheduled(conn, busy) and T - 5 * DAY_ == cron_store.last_scheduled(conn, quiet)

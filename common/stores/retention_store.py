@@ -43,6 +43,12 @@ DELETE_OLD_INBOUND_KEYS = (
     "DELETE FROM inbound_keys WHERE key IN (SELECT key FROM inbound_keys WHERE created_at < ?"
     " ORDER BY created_at LIMIT ?)"
 )
+DELETE_OLD_CRON_RUNS = (  # finished runs only, and never a job's latest (the scheduler counts from it)
+    "DELETE FROM cron_runs WHERE id IN (SELECT r.id FROM cron_runs r WHERE r.scheduled_for < ?"
+    " AND r.state != 'fired'"
+    " AND r.scheduled_for < (SELECT max(x.scheduled_for) FROM cron_runs x WHERE x.job_id = r.job_id)"
+    " ORDER BY r.scheduled_for LIMIT ?)"
+)
 DELETE_OLD_AUDIT = "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < ? ORDER BY at LIMIT ?)"
 DELETE_OLD_TOOLS = (
     "DELETE FROM tool_executions WHERE id IN (SELECT id FROM tool_executions WHERE created_at < ?"
@@ -106,6 +112,11 @@ def delete_old_inbound_keys(conn: apsw.Connection, before: float, limit: int) ->
 
 def delete_old_audit(conn: apsw.Connection, before: float, limit: int) -> int:
     conn.execute(DELETE_OLD_AUDIT, (before, limit))
+    return conn.changes()
+
+
+def delete_old_cron_runs(conn: apsw.Connection, before: float, limit: int) -> int:
+    conn.execute(DELETE_OLD_CRON_RUNS, (before, limit))
     return conn.changes()
 
 

@@ -138,7 +138,8 @@ def purge_audit(conn, op: m.PurgeAudit) -> m.Purged:
     budget = _Budget(op.max_rows, op.max_ms)
     rows: Counter = Counter()
     done = (_drain(budget, rows, "audit", lambda n: retention_store.delete_old_audit(conn, op.before, n))
-            and _drain(budget, rows, "tool_executions", lambda n: retention_store.delete_old_tools(conn, op.before, n)))
+            and _drain(budget, rows, "tool_executions", lambda n: retention_store.delete_old_tools(conn, op.before, n))
+            and _drain(budget, rows, "cron_runs", lambda n: retention_store.delete_old_cron_runs(conn, op.before, n)))
     return m.Purged(rows=dict(rows), more=not done, ms=budget.ms())
 
 
