@@ -4,6 +4,7 @@ files by the external upload flow, approvals with buttons, and the Web API's err
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -22,6 +23,7 @@ TOKEN_ERRORS = frozenset({"invalid_auth", "not_authed", "token_revoked", "token_
                           "no_permission", "missing_scope"})
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 TOKEN_RETRY_S = 300.0
+OFF_LOOP_CHARS = 4_000  # longer texts are formatted in a thread, so one big answer never stalls other channels
 
 
 class Sender:
@@ -51,7 +53,8 @@ class Sender:
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
         channel, thread = target(item.chat)
         body = item.body.strip()
-        texts = split_mrkdwn(to_mrkdwn(body)) if body else []
+        texts = (split_mrkdwn(to_mrkdwn(body)) if len(body) < OFF_LOOP_CHARS
+                 else await asyncio.to_thread(lambda: split_mrkdwn(to_mrkdwn(body)))) if body else []
         parts: list[tuple[str, str]] = [("text", t) for t in texts]
         if item.kind == "file":
             path = Path(item.file_path)

@@ -46,6 +46,7 @@ _MIN_LIMIT: Final = 32  # room for a few nested tags plus one entity
 _ATOM_MARGIN: Final = (
     16  # the largest indivisible text unit (an entity such as &#1114111;) fits in this
 )
+_LOOKAHEAD: Final = 1_000  # a span's closing marker is looked for this far ahead (else unclosed markers cost n²)
 _MAX_NESTING: Final = (
     8  # deeper inline markup is written as text (keeps recursion bounded)
 )
@@ -111,7 +112,7 @@ def _inline(s: str, links: bool = True, depth: int = 0) -> str:
                 plain.append(c)
                 i += 1
         elif c == "`":
-            code = _CODE_SPAN.match(s, i)
+            code = _CODE_SPAN.match(s, i, min(n, i + _LOOKAHEAD))
             if code:
                 body = code.group(2)
                 if len(body) > 2 and body[0] == body[-1] == " " and body.strip():
@@ -124,7 +125,7 @@ def _inline(s: str, links: bool = True, depth: int = 0) -> str:
                 plain.append(run.group())
                 i = run.end()
         elif c == "[":
-            link = _LINK.match(s, i) if links else None
+            link = _LINK.match(s, i, min(n, i + _LOOKAHEAD)) if links else None
             if link:
                 label = _inline(link.group(1), links=False, depth=depth + 1)
                 url = link.group(2)
@@ -137,7 +138,7 @@ def _inline(s: str, links: bool = True, depth: int = 0) -> str:
             for tag, pattern, at_boundary in _EMPHASIS[c]:
                 if at_boundary and prev.isalnum():
                     continue
-                span = pattern.match(s, i)
+                span = pattern.match(s, i, min(n, i + _LOOKAHEAD))
                 if span:
                     emit(f"<{tag}>{_inline(span.group(1), links, depth + 1)}</{tag}>")
                     i = span.end()

@@ -3,6 +3,7 @@ outcomes (429 waits on that chat alone, 403 fails for good, a migrated group is 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,6 +20,7 @@ PHOTO_MAX = 10 * 1024 * 1024     # sendPhoto's limit
 DOCUMENT_MAX = 50 * 1024 * 1024  # sendDocument's limit for bots
 CAPTION_MAX = 1024
 TOKEN_REJECTED_RETRY_S = 300.0
+OFF_LOOP_CHARS = 4_000  # longer texts are formatted in a thread, so one big answer never stalls other chats
 
 
 class Part(NamedTuple):
@@ -41,7 +43,7 @@ class Sender:
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
         chat = self.moved.get(item.chat, item.chat)
-        parts = self._parts(item)
+        parts = self._parts(item) if len(item.body) < OFF_LOOP_CHARS else await asyncio.to_thread(self._parts, item)
         if isinstance(parts, Failed):
             return parts
         if not parts:
