@@ -136,24 +136,3 @@ class Runtime:
 
 def run_service(svc: Service, work: Work | None, state: str = "ready", detail: str = "") -> int:
     return asyncio.run(Runtime(svc).run(work, state, detail))
-
-
-def run_placeholder(service: str, not_built: str, argv: list[str] | None = None) -> int:
-    """A service whose work a later issue builds: it heartbeats as ``idle`` and says so, nothing more."""
-    from common.service import boot
-
-    svc = boot(service, argv)
-    return run_service(svc, None, state="idle", detail=f"placeholder: {not_built} is not built yet")
-
-
-def run_gateway_placeholder(platform: str, argv: list[str] | None = None) -> int:
-    """A gateway platform: exits 0 at once when nothing is configured (no crash loop), else idles."""
-    from common.service import boot
-
-    svc = boot(f"gateway-{platform}", argv)
-    instances = [gw.id for gw in getattr(svc.cfg.gateways, platform)]
-    if not instances:
-        svc.log.info("nothing_configured", platform=platform, hint=f"add a [[gateways.{platform}]] table")
-        return 0
-    return run_service(svc, None, state="idle",
-                       detail=f"placeholder: the {platform} gateway is not built yet ({', '.join(instances)})")
