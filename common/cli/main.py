@@ -25,6 +25,7 @@ VERB_MODULES = (
     "common.cli.approvals_cmd",
     "common.cli.pairing_cmd",
     "common.cli.cron_cmd",
+    "common.cli.whatsapp_cmd",
 )
 
 

@@ -1,5 +1,6 @@
 """One WhatsApp number on the Cloud API: a webhook (GET verification, signed POSTs) in, the Graph API
-out, and a read receipt with a typing indicator while the agent works."""
+out, and a read receipt with a typing indicator while the agent works. In linked-device mode the channel
+hands everything to a LinkedTransport (linked_transport.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from common.secrets import resolve_secret
 from schema import messages as m
 from services.gateway_whatsapp import inbound
 from services.gateway_whatsapp.api import GraphApi, GraphError, NetworkError
+from services.gateway_whatsapp.linked_transport import LinkedTransport
 from services.gateway_whatsapp.outbound import Sender
 
 ACK_WITHIN_S = 15.0        # Meta retries a webhook that is not answered 200 in time
@@ -39,6 +41,7 @@ class WhatsAppChannel(Channel):
         self.verify_token = ""
         self.typed: dict[str, float] = {}
         self.in_order = InOrder()
+        self.linked: LinkedTransport | None = None  # mode = "linked"
         self.tasks: set[asyncio.Task] = set()
 
     @staticmethod
@@ -57,8 +60,9 @@ class WhatsAppChannel(Channel):
         self.gateway.webhooks.route(self.cfg.listen, "POST", self.path, self.on_post, owner=owner)
 
     async def start(self) -> None:
-        if self.cfg.mode != "cloud":
-            raise StarlingError("linked-device mode is not built yet; use mode = \"cloud\"")
+        if self.cfg.mode == "linked":
+            self.linked = self.linked or LinkedTransport(self)
+            return await self.linked.start()
         paths, key = self.gateway.paths, f"gateways.whatsapp[{self.id}]"
         token = resolve_secret(self.cfg.access_token, paths.secrets_file, key=f"{key}.access_token")
         self.app_secret = resolve_secret(self.cfg.app_secret, paths.secrets_file, key=f"{key}.app_secret")
@@ -73,10 +77,14 @@ class WhatsAppChannel(Channel):
         self.log.info("whatsapp_ready", mode="cloud", number=self.cfg.phone_number_id)
 
     async def close(self) -> None:
+        if self.linked is not None:
+            await self.linked.close()
         if self.session is not None:
             await self.session.close()
 
     async def receive(self) -> None:
+        if self.linked is not None:
+            return await self.linked.run()
         await asyncio.Event().wait()  # the Cloud API posts to on_post
 
     # ------------------------------------------------------------ webhook
@@ -165,12 +173,16 @@ class WhatsAppChannel(Channel):
     # ------------------------------------------------------------ send
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
+        if self.linked is not None:
+            return await self.linked.send(item, progress)
         if self.sender is None:
             raise StarlingError("the WhatsApp number is not started")
         return await self.sender.send(item, progress)
 
     async def typing(self, chat: str, platform_msg_id: str) -> None:
         """A read receipt and the typing indicator (refreshed before its 25 s run out)."""
+        if self.linked is not None:
+            return await self.linked.typing(chat, platform_msg_id)
         if self.api is None or not platform_msg_id:
             return
         if time.monotonic() - self.typed.get(platform_msg_id, -TYPING_EVERY_S) < TYPING_EVERY_S:
@@ -185,4 +197,6 @@ class WhatsAppChannel(Channel):
             self.log.info("read_receipt_failed", platform_msg_id=wamid, error=str(exc))
 
     async def typing_done(self, chat: str, platform_msg_id: str) -> None:
+        if self.linked is not None:
+            return await self.linked.typing_done(chat, platform_msg_id)
         self.typed.pop(platform_msg_id, None)
