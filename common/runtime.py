@@ -30,6 +30,7 @@ class Runtime:
         self.stop_event = asyncio.Event()
         self.state = "starting"
         self.detail = ""
+        self.describe: Callable[[], str] | None = None  # a live detail for every beat (a gateway's connections)
         self.client = bus.WriterClient(
             svc.endpoints.writer, svc.key, name=svc.name, timeout_s=svc.cfg.bus.request_timeout_ms / 1000,
             window=svc.cfg.bus.window, heartbeat_ms=svc.cfg.bus.heartbeat_ivl_ms, deadline_s=3600,
@@ -40,6 +41,8 @@ class Runtime:
             self.state = state
         if detail is not None:
             self.detail = detail
+        elif self.describe is not None:
+            self.detail = self.describe()
         await self.client.call(m.Heartbeat(service=self.svc.name, pid=os.getpid(), state=self.state,
                                            detail=self.detail, parent_pid=os.getppid()))
 

@@ -210,3 +210,14 @@ def test_garbage_envelopes_are_skipped(sl):
     sl.sl.message("D111", "U111", "still fine", channel_type="im")
     assert "echo: still fine" == sl.posted("D111", 1)[0]["text"]
     assert sl.gateway.alive() and "event_skipped" in sl.gateway.log_text()
+
+
+def test_the_heartbeat_shows_the_socket_state(sl):
+    from common.stores import beat_store
+
+    def detail() -> str:
+        conn = sl.reader()
+        with db.read_tx(conn):
+            return next((b.detail for b in beat_store.all_beats(conn) if b.service == "gateway-slack"), "")
+
+    wait_until(lambda: "sl: socket: connected as U0BOT001" in detail(), 10, what="the connected state in a beat")

@@ -45,6 +45,7 @@ class Gateway:
                                       make_channel.senders_in_groups) for cfg in instances}
         self.typing = Typing(self)
         self.deliverer = Deliverer(self)
+        rt.describe = self.detail  # each heartbeat carries every channel's current state to `starling status`
 
     async def call(self, op: m.WriteOp, key: str | None = None):
         return await self.rt.client.call(op, key=key)
