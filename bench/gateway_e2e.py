@@ -1,7 +1,7 @@
-"""What the end-to-end gateway benchmarks share (bench/telegram_e2e.py, bench/slack_e2e.py): the stack of real
-processes around a fake platform (with a reaper should the benchmark die), an open-loop sender, RSS and CPU
-sampling, the resource figures and their report, the split of latency by the writer's commit times, and a
-main() that stops every process on exit, Ctrl-C or SIGTERM.
+"""What the end-to-end gateway benchmarks share (bench/telegram_e2e.py, bench/slack_e2e.py,
+bench/whatsapp_e2e.py): the stack of real processes around a fake platform (with a reaper should the benchmark
+die), an open-loop sender, RSS and CPU sampling, the resource figures and their report, the split of latency
+by the writer's commit times, and a main() that stops every process on exit, Ctrl-C or SIGTERM.
 
 A platform's benchmark subclasses `BenchStack` (its fake, config and secrets) and writes its own driving,
 matching of replies to messages, and report around these pieces.

@@ -187,7 +187,10 @@ def test_a_long_answer_and_a_file_from_the_agent(wa):
 def test_garbage_and_unknown_types_are_skipped(wa):
     for raw in (b"{not json", json.dumps({"object": "page"}).encode(),
                 json.dumps(message_payload(number(107), type="unsupported",
-                                           phone_number_id=DEFAULT_PHONE_NUMBER_ID)).encode()):
+                                           phone_number_id=DEFAULT_PHONE_NUMBER_ID)).encode(),
+                json.dumps({"object": "whatsapp_business_account", "entry": 5}).encode(),
+                json.dumps({"object": "whatsapp_business_account", "entry": [{"changes": [
+                    {"value": {"messages": 7, "statuses": "x", "contacts": 3}}]}]}).encode()):
         assert 200 == post_raw(wa.webhook, raw, sign(raw, DEFAULT_APP_SECRET))
     wa.wa.message(number(107), "still fine")
     assert "echo: still fine" == wa.replies(number(107), 1)[0]["text"]

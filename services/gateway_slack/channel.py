@@ -258,6 +258,9 @@ class SlackChannel(Channel):
         except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:
             self.log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__)
             return web.Response(status=503)  # Slack retries; the writer dedupes what did land
+        except Exception as exc:  # a bug on one request: a log line (not a traceback), and the platform retries
+            self.log.error("webhook_failed", error=repr(exc))
+            return web.Response(status=500)
         return web.Response(status=200)
 
     # ------------------------------------------------------------ send

@@ -103,7 +103,7 @@ def parse_action(payload: Any, instance: str) -> Parsed | Skip:
 
 def _files(event: dict) -> list[FileRef]:
     refs = []
-    for f in event.get("files") or []:
+    for f in event.get("files") if isinstance(event.get("files"), list) else []:
         if isinstance(f, dict) and isinstance(f.get("url_private_download") or f.get("url_private"), str):
             mime = f.get("mimetype") if isinstance(f.get("mimetype"), str) else ""
             kind = "image" if mime.startswith("image/") else "audio" if mime.startswith("audio/") else "file"

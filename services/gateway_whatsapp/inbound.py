@@ -22,8 +22,8 @@ def values(payload: Any, phone_number_id: str) -> list[dict] | Skip:
     if not isinstance(payload, dict) or payload.get("object") != "whatsapp_business_account":
         return Skip("not a whatsapp_business_account payload")
     out = []
-    for entry in payload.get("entry") or []:
-        for change in (entry.get("changes") or []) if isinstance(entry, dict) else []:
+    for entry in _list(payload.get("entry")):
+        for change in _list(entry.get("changes")) if isinstance(entry, dict) else []:
             value = change.get("value") if isinstance(change, dict) else None
             if not isinstance(value, dict):
                 continue
@@ -35,14 +35,14 @@ def values(payload: Any, phone_number_id: str) -> list[dict] | Skip:
 
 
 def messages(value: dict, instance: str) -> list[Parsed | Skip]:
-    names = {c.get("wa_id"): ((c.get("profile") or {}).get("name") or "") for c in value.get("contacts") or []
+    names = {c.get("wa_id"): ((c.get("profile") or {}).get("name") or "") for c in _list(value.get("contacts"))
              if isinstance(c, dict) and isinstance(c.get("profile"), dict)}
-    return [_message(m, names, instance) for m in value.get("messages") or []]
+    return [_message(m, names, instance) for m in _list(value.get("messages"))]
 
 
 def statuses(value: dict) -> list[Status | Skip]:
     out: list[Status | Skip] = []
-    for st in value.get("statuses") or []:
+    for st in _list(value.get("statuses")):
         if not isinstance(st, dict) or not isinstance(st.get("id"), str) or st.get("status") not in STATUSES:
             out.append(Skip("a status without an id or with an unknown status"))
             continue
@@ -86,6 +86,10 @@ def _message(msg: Any, names: dict, instance: str) -> Parsed | Skip:
     except (TypeError, ValueError):
         date = 0.0
     return Parsed(inbound, files, date)
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []  # a malformed field is no items, never a crash
 
 
 def _ext(mime: str) -> str:
