@@ -45,6 +45,8 @@ def test_events_over_http_are_verified_stored_then_answered():
         assert 200 == again.status and ["over http"] == user_turns(s, "D1")
         assert "echo: over http" == s.posted("D1", 1)[0]["text"]
 
+        huge = post_event(url, b'{"type": "event_callback", "pad": "' + b"x" * (5 * 1024 * 1024) + b'"}', secret)
+        assert 413 == huge.status  # refused before it is read: nothing stored
         garbage = post_event(url, b"{not json", secret)
         assert 400 == garbage.status and s.gateway.alive()
         assert secret not in s.gateway.log_text() and json.dumps(secret) not in s.home.paths.db_file.read_bytes().decode(
