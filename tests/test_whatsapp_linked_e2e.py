@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from common import db
 from common.stores import beat_store
 from services.gateway_whatsapp.linking import render_qr
