@@ -199,6 +199,18 @@ def test_a_group_is_answered_only_when_allowed_and_addressed(tg):
     assert not model_saw(tg, "not for the bot")
 
 
+def test_each_topic_of_a_forum_group_is_a_conversation_answered_in_its_topic(tg):
+    for topic, text in ((77, "in topic 77"), (88, "in topic 88")):
+        tg.tg.message(f"@{BOT} {text}", user=user(108), chat_id=GROUP,
+                      extra={"message_thread_id": topic, "is_topic_message": True})
+    wait_until(lambda: 2 <= len([s for s in tg.tg.sent(chat_id=GROUP) if "in topic" in (s["text"] or "")]), 20,
+               what="both topic answers")
+    sends = {r["params"].get("text"): r["params"].get("message_thread_id") for r in tg.tg.requests("sendMessage")
+             if r["params"].get("chat_id") == GROUP}
+    assert (77, 88) == (sends["echo: in topic 77"], sends["echo: in topic 88"])
+    assert (["in topic 77"], ["in topic 88"]) == (user_turns(tg, f"{GROUP}:77"), user_turns(tg, f"{GROUP}:88"))
+
+
 # ---------------------------------------------------------------- files
 
 

@@ -209,8 +209,11 @@ class TelegramChannel(Channel):
     async def typing(self, chat: str, platform_msg_id: str) -> None:
         # best effort: never spend the bot's message budget on a sign (replies first)
         if self.api is not None and self.sender.bot.delay() == 0:
-            await self.api.call("sendChatAction", {"chat_id": chat_param(self.sender.moved.get(chat, chat)),
-                                                   "action": "typing"}, timeout=10)
+            base, _, topic = chat.partition(":")
+            params = {"chat_id": chat_param(self.sender.moved.get(base, base)), "action": "typing"}
+            if topic.isdigit():
+                params["message_thread_id"] = int(topic)
+            await self.api.call("sendChatAction", params, timeout=10)
 
 
 def _chat_of(update: object) -> object:

@@ -52,8 +52,11 @@ def parse(update: Any, me: Me, instance: str) -> Parsed | Skip:
             text = f"[in reply to: {said}]\n{text}"
     if sender.get("username"):
         meta["username"] = _str(sender.get("username"))
+    # a forum supergroup's topics are conversations of their own: "<chat id>:<topic id>"
+    topic = msg.get("message_thread_id") if msg.get("is_topic_message") is True else None
+    conversation = f"{chat_id}:{topic}" if isinstance(topic, int) and not private else str(chat_id)
     inbound = InboundMessage(
-        chat=str(chat_id), sender=str(sender["id"]), text=text, dedupe_keys=keys, private=private,
+        chat=conversation, room=str(chat_id), sender=str(sender["id"]), text=text, dedupe_keys=keys, private=private,
         addressed=addressed, sender_name=_name(sender), platform_msg_id=str(message_id), reply_to=reply_to,
         meta=meta, command=command,
     )

@@ -42,7 +42,8 @@ class Sender:
         self.moved: dict[str, str] = {}  # group chat id -> its supergroup's (migrate_to_chat_id)
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
-        chat = self.moved.get(item.chat, item.chat)
+        base, _, topic = item.chat.partition(":")  # "<chat id>:<topic id>" in a forum supergroup
+        chat = self.moved.get(base, base)
         parts = self._parts(item) if len(item.body) < OFF_LOOP_CHARS else await asyncio.to_thread(self._parts, item)
         if isinstance(parts, Failed):
             return parts
@@ -54,13 +55,13 @@ class Sender:
             # in a group an answer quotes the message it answers; in a private chat that is only noise
             reply_to = item.reply_to if index == 0 and chat.startswith("-") else ""
             try:
-                message_id = await self._send_part(chat, parts[index], reply_to)
+                message_id = await self._send_part(chat, parts[index], reply_to, topic)
             except ApiError as exc:
                 if exc.migrate_to:
                     self.log.info("chat_migrated", chat=chat, to=exc.migrate_to)
-                    self.moved[item.chat] = chat = str(exc.migrate_to)
+                    self.moved[base] = chat = str(exc.migrate_to)
                     try:
-                        message_id = await self._send_part(chat, parts[index], reply_to)
+                        message_id = await self._send_part(chat, parts[index], reply_to, topic)
                     except ApiError as again:
                         return self._outcome(chat, again, item.attempt)
                 else:
@@ -91,9 +92,11 @@ class Sender:
             await self.per_group[chat].wait()
         await self.bot.wait()
 
-    async def _send_part(self, chat: str, part: Part, reply_to: str) -> str:
+    async def _send_part(self, chat: str, part: Part, reply_to: str, topic: str = "") -> str:
         await self._pace(chat)
         params: dict = {"chat_id": chat_param(chat)}
+        if topic.isdigit():
+            params["message_thread_id"] = int(topic)
         if reply_to.isdigit():
             params["reply_parameters"] = {"message_id": int(reply_to), "allow_sending_without_reply": True}
         if part.kind == "file":
