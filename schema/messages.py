@@ -163,12 +163,14 @@ class RecordDelivery(Msg):
 
 
 class ReleaseOutbox(Msg):
-    """A gateway hands claimed rows back untouched (shutdown). ``all_held``: every row ``worker`` holds,
-    whatever ``ids`` says (a restarted gateway taking its predecessor's rows back at once)."""
+    """A gateway hands claimed rows back (shutdown). ``all_held``: every row ``worker`` holds, whatever
+    ``ids`` says (a restarted gateway taking its predecessor's rows back at once). ``untouched``: the
+    rows were never tried, so their attempt is given back; else it counts (the call may have gone out)."""
 
     ids: list[Int]
     worker: str
     all_held: bool = False
+    untouched: bool = True
 
 
 class Heartbeat(Msg):
@@ -506,6 +508,7 @@ class OutboxItem(Msg):
     attempt: Int
     session_id: Int = 0
     parts_sent: Int = 0  # platform messages of this row already delivered (a long text in parts)
+    created_at: float = 0.0  # when it was queued: a gateway gives up on a row by its age, not its attempts
 
 
 class OutboxClaim(Msg):

@@ -157,6 +157,19 @@ def test_a_shared_file_is_fetched_with_the_bot_token(sl):
     assert content == saved.read_bytes() and 0o600 == stat.S_IMODE(saved.stat().st_mode)
 
 
+def test_two_files_of_one_name_in_one_message_keep_their_own_bytes(sl):
+    one, two = os.urandom(900), os.urandom(1100)
+    files = [sl.sl.add_file(one, name="image.png", mimetype="image/png"),
+             sl.sl.add_file(two, name="image.png", mimetype="image/png")]
+    sl.sl.message("D112", "U112", "two screenshots", channel_type="im", files=files)
+    sl.posted("D112", 1)
+    [text] = user_turns(sl, "D112")
+    paths = [Path(part.split(" (")[0]) for part in text.split("[image attached: ")[1:]]
+    assert 2 == len(paths), text
+    assert 2 == len(set(paths)) and [one, two] == [p.read_bytes() for p in paths]
+    assert all(p.parent.parent.parent == sl.home.paths.attachments_dir for p in paths)
+
+
 def test_a_file_from_the_agent_goes_by_the_external_upload_flow(sl):
     report = sl.home.paths.shared_workspace / "report.csv"
     report.write_bytes(b"a,b\n1,2\n")

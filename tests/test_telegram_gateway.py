@@ -227,6 +227,25 @@ def test_a_photo_is_saved_privately_and_described_to_the_agent(tg):
     assert 0o600 == stat.S_IMODE(saved.stat().st_mode)
 
 
+def test_same_named_files_from_two_chats_never_share_a_path(tg):
+    first, second = os.urandom(1500), os.urandom(1700)
+    tg.tg.document(first, file_name="scan.pdf", user=118)   # each chat's first message: message id 1 in both
+    tg.tg.document(second, file_name="scan.pdf", user=119)
+    tg.replies(118, 1)
+    tg.replies(119, 1)
+    paths = [Path(user_turns(tg, chat)[0].split("[document attached: ")[1].split(" (")[0]) for chat in (118, 119)]
+    assert paths[0] != paths[1]
+    assert (first, second) == (paths[0].read_bytes(), paths[1].read_bytes())
+
+
+def test_a_mention_of_a_lookalike_bot_is_not_a_mention(tg):
+    tg.tg.message(f"@{BOT}_fan what do you think", user=user(106), chat_id=GROUP)
+    tg.tg.message(f"@{BOT} and you?", user=user(106), chat_id=GROUP)
+    wait_until(lambda: any("and you?" in (r["text"] or "") for r in tg.tg.sent(chat_id=GROUP)), 20,
+               what="the real mention answered")
+    assert not model_saw(tg, "what do you think")
+
+
 def test_a_file_over_the_cap_is_not_fetched_and_the_agent_is_told(tg):
     tg.tg.document(os.urandom((CAP_KB + 4) * 1024), file_name="big.bin", user=109)
     tg.tg.voice(os.urandom(2000), user=109)

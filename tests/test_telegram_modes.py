@@ -64,7 +64,7 @@ def test_webhook_mode_checks_the_secret_and_answers(tmp_path):
         set_secret(s.home.paths.secrets_file, "tg-hook", "hook-secret-0123456789")
         s.start_gateway()
         info = s.tg.webhook()["info"]
-        assert hook == info["url"]
+        assert (hook, 1) == (info["url"], info["max_connections"])  # one at a time: a chat's order holds
         s.tg.message("via the webhook", user=OWNER)
         assert "echo: via the webhook" == s.replies(OWNER, 1)[0]["text"]
         forged = json.dumps({"update_id": 99999, "message": {
@@ -163,3 +163,64 @@ def test_a_restarted_gateway_takes_back_what_its_predecessor_held(tmp_path):
         assert 1 == len(asyncio.run(held_by_a_dead_gateway()))  # leased for an hour to "the previous process"
         s.start_gateway()
         assert "left behind" == s.replies(OWNER, 1, timeout=10)[0]["text"]
+
+
+def test_replies_for_a_bot_that_cannot_start_wait_and_go_once_it_can(tmp_path):
+    from common.stores import outbox_store
+
+    gateway = ('[[gateways.telegram]]\nid = "tg"\ntoken = "tg-token"\napi_base = "{TG}"\nallow = [42]\n'
+               '[[gateways.telegram]]\nid = "late"\ntoken = "late-token"\napi_base = "{TG}"\nallow = [42]\n')
+    with stack(gateway=gateway, tokens=(DEFAULT_TOKEN, SECOND_TOKEN)) as s:
+        s.start_gateway()  # "late" has no token yet: it says so and retries; "tg" works meanwhile
+        asyncio.run(_enqueue(s, "late", "queued while the token was missing"))
+        s.tg.message("meanwhile", user=OWNER)
+        assert "echo: meanwhile" == s.replies(OWNER, 1)[0]["text"]
+
+        def row():
+            conn = s.reader()
+            with db.read_tx(conn):
+                return outbox_store.for_chat(conn, "late", str(OWNER))[0]
+
+        assert ("pending", 0) == (row().state, row().attempts)  # not claimed, so not failed by retries
+        set_secret(s.home.paths.secrets_file, "late-token", SECOND_TOKEN)
+        wait_until(lambda: row().state == "sent", 30, what="the queued reply once the bot started")
+        assert ["queued while the token was missing"] == [
+            r["text"] for r in s.tg.sent(chat_id=OWNER, bot=SECOND_TOKEN.split(":")[0])]
+
+
+async def _enqueue(s, instance: str, text: str) -> None:
+    async with s.home.client("test") as c:
+        await c.call(m.EnqueueOutbox(instance=instance, chat=str(OWNER), replies=[m.Reply(text=text)]))
+
+
+def test_a_batch_that_keeps_failing_is_passed_over_loudly(monkeypatch):
+    from types import SimpleNamespace
+
+    from services.gateway_telegram import channel as tgc
+
+    monkeypatch.setattr(tgc, "BATCH_TRIES", 3)
+
+    async def go():
+        async with FakeTelegram() as fake, aiohttp.ClientSession() as session:
+            ch = tgc.TelegramChannel.__new__(tgc.TelegramChannel)
+            ch.api, ch.log, ch.offset, ch.failures = BotApi(fake.url, fake.token, session), _Log(), None, 0
+            ch.cfg = SimpleNamespace(mode="polling")
+            calls = []
+
+            async def poisoned(updates):
+                calls.append([u["update_id"] for u in updates])
+                raise ValueError("a bug on this update")
+
+            ch.handle_batch = poisoned
+            first = fake.message("poison", user=OWNER)["update_id"]
+            task = asyncio.create_task(ch._poll())
+            for _ in range(200):
+                if ch.offset is not None:
+                    break
+                await asyncio.sleep(0.05)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return calls, ch.offset, first
+
+    calls, offset, first = asyncio.run(go())
+    assert 3 == len(calls) and offset == first + 1  # tried 3 times, then the offset moved past it

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 from typing import AsyncIterator
@@ -34,16 +36,17 @@ def target(attachments_dir: Path, agent: str, when: float, name: str) -> Path:
     day = time.strftime("%Y-%m-%d", time.gmtime(when))
     folder = attachments_dir / safe_name(agent, "agent") / day
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return folder / safe_name(name)
+    return folder / name[:200]  # the caller's name is made of safe_name() parts
 
 
 async def save(chunks: AsyncIterator[bytes], path: Path, cap: int) -> int:
     """Write ``chunks`` to ``path`` (0600) and return the size; past ``cap`` bytes the partial file is
-    removed and TooLarge raised. A name already taken (a redelivery) is overwritten with the same bytes."""
-    tmp = path.with_name(f".{path.name}.part")
+    removed and TooLarge raised. Each download has a temp file of its own, so two at once never mix;
+    a name already taken (a redelivery of the same message) is replaced by the same bytes."""
+    fd, tmp_name = tempfile.mkstemp(prefix=".part-", dir=path.parent)
+    tmp = Path(tmp_name)
     size = 0
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as out:
             async for chunk in chunks:
                 size += len(chunk)
@@ -56,6 +59,10 @@ async def save(chunks: AsyncIterator[bytes], path: Path, cap: int) -> int:
     return size
 
 
+async def _fetch_into(open_chunks, path: Path, cap: int) -> int:
+    return await save(await open_chunks(), path, cap)
+
+
 def describe(kind: str, path: Path | None, size: int, note: str = "") -> str:
     """The line the agent reads in place of the file: what it is and where it was saved (or why not)."""
     if path is None:
@@ -63,20 +70,26 @@ def describe(kind: str, path: Path | None, size: int, note: str = "") -> str:
     return f"[{kind} attached: {path} ({size / 1024:.0f} KB)]"
 
 
-async def attach(msg, kind: str, name: str, size: int, cap: int, attachments_dir: Path, agent: str, when: float,
-                 open_chunks, log) -> None:
+async def attach(msg, instance: str, seq: int, kind: str, name: str, size: int, cap: int, attachments_dir: Path,
+                 agent: str, when: float, open_chunks, log, timeout_s: float = 120.0) -> None:
     """Fetch one file of an inbound message into the attachments folder and tell the agent about it:
     ``open_chunks()`` gives the download (an async iterator of bytes); ``size`` is what the platform
-    announced (0: unknown). Over the cap, or failing, the agent is told why instead."""
+    announced (0: unknown). Over the cap, failing, or slower than ``timeout_s``, the agent is told why
+    instead. The file is named by the instance, chat, message and its place in the message (``seq``),
+    each cleaned on its own, so neither another chat nor a crafted name can land on the same path."""
     note = ""
     if size > cap:
         note = f"{_mb(size)} is over the {_mb(cap)} limit"
     else:
-        path = target(attachments_dir, agent, when, name)
+        parts = (instance, msg.chat, msg.platform_msg_id, str(seq))
+        unique = "-".join(safe_name(p, "x") for p in parts) + "-" + safe_name(name)[:60]
         try:
-            saved = await save(await open_chunks(), path, cap)
+            path = target(attachments_dir, agent, when, unique)
+            saved = await asyncio.wait_for(_fetch_into(open_chunks, path, cap), timeout_s)
         except TooLarge as exc:
             note = str(exc)
+        except asyncio.TimeoutError:
+            note = f"the download took longer than {timeout_s:.0f}s"
         except (StarlingError, OSError, KeyError, TypeError, ValueError) as exc:
             note = f"could not be fetched ({exc})"
         else:

@@ -81,6 +81,7 @@ class Gateway:
     async def _start(self, channel: Channel, first: bool = False) -> bool:
         try:
             await channel.start()
+            channel.started = True
             return True
         except StarlingError as exc:
             channel.status = f"error: {exc}"
@@ -92,7 +93,7 @@ class Gateway:
     async def _serve(self, channel: Channel) -> None:
         """Start (again, with backoff, while it fails: a rejected token, a secret not set yet) and receive."""
         delay = START_RETRY_S[0]
-        while channel.status.startswith("error") or channel.status == "starting":
+        while not channel.started:
             await asyncio.sleep(delay)
             delay = min(delay * 2, START_RETRY_S[1])
             if await self._start(channel):

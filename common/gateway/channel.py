@@ -93,6 +93,7 @@ class Channel:
         self.agent: str = cfg.agent
         self.log = gateway.log.bind(instance=cfg.id)
         self.status = "starting"  # shown in heartbeats: polling, webhook, error: ...
+        self.started = False  # start() succeeded: its outbox rows are claimed from then on
 
     def register_webhooks(self) -> None:
         """Add this instance's routes to ``self.gateway.webhooks`` (webhook transports only)."""

@@ -8,6 +8,7 @@ already delivered are recorded (OutboxProgress), so only the one call in flight 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from common import bus
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 
 POLL_S = 1.0          # rows whose retry time came, and lost events, are found by this poll
 IN_FLIGHT = 64        # rows sent at once by one process (each from a different chat)
-MAX_ATTEMPTS = 10     # transient failures (network, 5xx) before a row is given up
+GIVE_UP_AFTER_S = 86400.0  # a row still not deliverable a day after it was queued is failed (by age, not count:
+MAX_ATTEMPTS = 200         # an outage or a token not set yet must not fail replies); the count bounds old rows
+STOP_GRACE_S = 3.0         # at stop, sends under way get this long to finish before they are cut
 BACKOFF_S = (2.0, 300.0)
 
 
@@ -40,7 +43,7 @@ class Deliverer:
 
     async def run(self) -> None:
         gw = self.gateway
-        instances = list(gw.channels)
+        instances = list(gw.channels)  # events for all; claims only for channels that started (below)
         events = bus.EventSubscriber(gw.svc.endpoints.events, gw.svc.key, [m.topic_outbox(i) for i in instances])
         events.start()
         await self._take_back()
@@ -49,9 +52,10 @@ class Deliverer:
             while True:
                 self.wake.clear()
                 room = IN_FLIGHT - len(self.in_flight)
+                started = [c.id for c in gw.channels.values() if c.started]  # not a bot whose token is missing
                 full = False
-                if room > 0:
-                    full = await self._claim(instances, room)
+                if room > 0 and started:
+                    full = await self._claim(started, room)
                 if not full:
                     try:
                         await asyncio.wait_for(self.wake.wait(), POLL_S)
@@ -109,13 +113,15 @@ class Deliverer:
                 raise
             except Exception as exc:  # the network, a timeout, a platform 5xx: try again later
                 outcome = Retry(backoff(item.attempt), f"{type(exc).__name__}: {exc}")
-            if isinstance(outcome, Retry) and item.attempt >= MAX_ATTEMPTS:
-                outcome = Failed(f"gave up after {item.attempt} attempts: {outcome.error}")
+            age = time.time() - item.created_at if item.created_at else 0.0
+            if isinstance(outcome, Retry) and (age > GIVE_UP_AFTER_S or item.attempt >= MAX_ATTEMPTS):
+                outcome = Failed(f"gave up after {age / 3600:.0f} h and {item.attempt} attempts: {outcome.error}")
             await self._record(item, outcome, log)
         except WriteRejected as exc:
-            if exc.code != "lease_lost":
-                raise
-            log.warning("outbox_lease_lost", detail="another gateway took this row; its delivery counts")
+            if exc.code == "lease_lost":
+                log.warning("outbox_lease_lost", detail="another gateway took this row; its delivery counts")
+            else:  # the row stays held until its lease runs out, then it is tried again
+                log.error("outbox_report_failed", code=exc.code, error=str(exc))
         except StarlingError as exc:  # the writer did not answer: the lease runs out and the row comes back
             log.warning("outbox_report_failed", error=str(exc))
         finally:
@@ -146,13 +152,19 @@ class Deliverer:
                 self.log.warning("outbox_renew_failed", outbox_id=outbox_id, error=str(exc))
 
     async def release_all(self) -> None:
-        """At stop: hand back what is still held, so another gateway (or the next start) takes it at once."""
+        """At stop: sends under way get a moment to finish; what is still held then is handed back, so
+        another gateway (or the next start) takes it at once. Its attempt counts: a cut call may have
+        reached the platform, so a repeat is counted (outbox_retaken), not hidden."""
+        tasks = list(self.in_flight.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_GRACE_S)
         held = list(self.in_flight)
         for task in list(self.in_flight.values()):
             task.cancel()
         await asyncio.gather(*self.in_flight.values(), return_exceptions=True)
         if held:
             try:
-                await asyncio.wait_for(self.gateway.call(m.ReleaseOutbox(ids=held, worker=self.worker)), 2.0)
+                await asyncio.wait_for(self.gateway.call(m.ReleaseOutbox(ids=held, worker=self.worker,
+                                                                         untouched=False)), 2.0)
             except (StarlingError, asyncio.TimeoutError) as exc:
                 self.log.warning("outbox_release_failed", ids=held, error=str(exc))

@@ -30,8 +30,8 @@ TAKE = (
     " WHERE id = ?"
 )
 ITEM = (
-    "SELECT id, instance, chat, kind, body, file_path, reply_to, attempts, coalesce(session_id, 0), parts_sent"
-    " FROM outbox WHERE id = ?"
+    "SELECT id, instance, chat, kind, body, file_path, reply_to, attempts, coalesce(session_id, 0), parts_sent,"
+    " created_at FROM outbox WHERE id = ?"
 )
 PROGRESS = (
     "UPDATE outbox SET parts_sent = ?, platform_msg_id = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
@@ -96,6 +96,7 @@ class Item(NamedTuple):
     attempt: int
     session_id: int
     parts_sent: int
+    created_at: float
 
 
 class Row(NamedTuple):

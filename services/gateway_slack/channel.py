@@ -31,6 +31,7 @@ from services.gateway_slack.outbound import Sender
 RECONNECT_S = (1.0, 60.0)
 LINK_DISABLED_RETRY_S = 300.0
 ACK_WITHIN_S = 2.5            # Slack wants an answer in 3 s; later, it retries (deduped)
+FETCH_EVENTS_S = 1.5          # over HTTP a slow file is described, not waited for (the answer must come first)
 MAX_SKEW_S = 300              # signed requests older (or newer) than this are refused
 WORKING_REACTION = "eyes"
 THREADS_KEPT = 10_000
@@ -152,7 +153,8 @@ class SlackChannel(Channel):
                         task.add_done_callback(self.tasks.discard)
                 close_code = ws.close_code
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            self.log.warning("socket_failed", error=f"{type(exc).__name__}: {exc}")
+            # not str(exc): a failed handshake's text holds the connection URL and its one-time ticket
+            self.log.warning("socket_failed", error=type(exc).__name__, status=getattr(exc, "status", None))
             return "hello" if greeted else "failed"
         self.status = "socket: reconnecting"
         self.log.warning("socket_closed", code=close_code, detail="closed or no pong in time; reconnecting")
@@ -216,12 +218,15 @@ class SlackChannel(Channel):
 
     async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
         cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
-        for ref in parsed.files:
+        budget = FETCH_EVENTS_S if self.cfg.mode == "events" else 120.0
+        deadline = time.monotonic() + budget  # one budget for all the message's files, not one each
+        for seq, ref in enumerate(parsed.files):
             async def chunks(ref=ref):
                 return self.api.download(ref.ref)
 
-            await attachments.attach(msg, ref.kind, f"{msg.platform_msg_id}-{ref.name}", ref.size, cap,
-                                     self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log)
+            await attachments.attach(msg, self.id, seq, ref.kind, ref.name, ref.size, cap,
+                                     self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log,
+                                     timeout_s=max(0.05, deadline - time.monotonic()))
 
     # ------------------------------------------------------------ Events API over HTTP
 
@@ -236,7 +241,7 @@ class SlackChannel(Channel):
             return False
         expected = "v0=" + hmac.new(self.signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + raw,
                                     hashlib.sha256).hexdigest()
-        return hmac.compare_digest(expected.encode(), signature.encode())
+        return signature.isascii() and hmac.compare_digest(expected.encode(), signature.encode())
 
     async def on_request(self, request: web.Request) -> web.Response:
         raw = await request.read()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import time
 from collections import defaultdict
 from urllib.parse import urlsplit
 
@@ -14,6 +15,7 @@ from aiohttp import web
 from common.errors import BusTimeout, StarlingError, WriteRejected
 from common.gateway import attachments
 from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
+from common.gateway.limits import InOrder
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
@@ -22,7 +24,9 @@ from services.gateway_telegram.api import ApiError, BotApi, NetworkError
 from services.gateway_telegram.outbound import Sender, chat_param
 
 POLL_TIMEOUT_S = 25          # getUpdates long-poll; an update arriving ends it at once
+BATCH_TRIES = 5              # a batch failing for another reason than the writer being away is passed over after this
 WEBHOOK_ACK_S = 20.0         # a webhook request waits this long for the writer's ack, then asks for a retry
+FETCH_WEBHOOK_S = 12.0       # in webhook mode a slow file is described, not waited for (the ack must come first)
 CONFLICT_RETRY_S = (2.0, 60.0)
 ALLOWED_UPDATES = list(inbound.HANDLED)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -46,6 +50,8 @@ class TelegramChannel(Channel):
         self.me: inbound.Me | None = None
         self.secret = ""
         self.offset: int | None = None
+        self.failures = 0
+        self.in_order = InOrder()
 
     # ------------------------------------------------------------ start
 
@@ -71,8 +77,10 @@ class TelegramChannel(Channel):
             me = await self.api.call("getMe")
             self.me = inbound.Me(int(me["id"]), str(me.get("username") or ""))
             if self.cfg.mode == "webhook":
+                # one connection: Telegram posts the next update only once this one is answered, so a
+                # chat's messages are stored in order (a retried update comes before later ones)
                 await self.api.call("setWebhook", {"url": self.cfg.public_url, "secret_token": self.secret,
-                                                   "allowed_updates": ALLOWED_UPDATES})
+                                                   "allowed_updates": ALLOWED_UPDATES, "max_connections": 1})
             else:  # getUpdates is refused (409) while a webhook is set: polling mode clears it
                 await self.api.call("deleteWebhook", {"drop_pending_updates": False})
         except (ApiError, NetworkError, KeyError, TypeError, ValueError) as exc:
@@ -133,10 +141,20 @@ class TelegramChannel(Channel):
                 continue
             try:
                 await self.handle_batch(updates)
-            except (BusTimeout, WriteRejected) as exc:  # not acked: keep the offset, Telegram sends them again
+            except BusTimeout as exc:  # the writer is away: keep the offset, however long (nothing is lost)
                 self.log.warning("inbound_not_acked", error=str(exc), updates=len(updates))
                 await asyncio.sleep(1.0)
                 continue
+            except Exception as exc:  # refused by the writer, a disk or a read failing: retried a few times
+                self.failures += 1
+                if self.failures < BATCH_TRIES:
+                    self.log.warning("inbound_failed", error=repr(exc), attempt=self.failures, retry_in_s=self.failures)
+                    await asyncio.sleep(self.failures)
+                    continue
+                # then passed over, loudly: one poisoned update must not stop the bot for every chat
+                self.log.error("updates_given_up", error=repr(exc), tries=self.failures,
+                               update_ids=[u.get("update_id") for u in updates if isinstance(u, dict)])
+            self.failures = 0
             ids = [u["update_id"] for u in updates if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
             if ids:
                 self.offset = max(ids) + 1  # confirmed on the next getUpdates: only acked updates are passed
@@ -165,18 +183,22 @@ class TelegramChannel(Channel):
             self.log.info("update_skipped", update_id=uid, reason=parsed.reason)
             return "skipped"
         parsed.msg.meta["update_id"] = update["update_id"]
-        return await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg))
+        async with self.in_order.hold(parsed.msg.chat):
+            return await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg))
 
     async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
         """Download the message's files (only once the sender is known to be allowed)."""
         cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
-        for ref in parsed.files:
+        budget = FETCH_WEBHOOK_S if self.cfg.mode == "webhook" else 120.0
+        deadline = time.monotonic() + budget  # one budget for all the message's files, not one each
+        for seq, ref in enumerate(parsed.files):
             async def chunks(ref=ref):
                 info = await self.api.call("getFile", {"file_id": ref.ref})
                 return self.api.download(str(info["file_path"]))
 
-            await attachments.attach(msg, ref.kind, f"{msg.platform_msg_id}-{ref.name}", ref.size, cap,
-                                     self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log)
+            await attachments.attach(msg, self.id, seq, ref.kind, ref.name, ref.size, cap,
+                                     self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log,
+                                     timeout_s=max(0.05, deadline - time.monotonic()))
 
     async def on_webhook(self, request: web.Request) -> web.Response:
         """A POST from Telegram: the secret header checked in constant time; 200 only once the writer acked."""

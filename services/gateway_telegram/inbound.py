@@ -3,6 +3,7 @@ files to fetch. Pure functions over the update's JSON; anything malformed is a S
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 from common.gateway.channel import FileRef, InboundMessage, Parsed, Skip
@@ -36,13 +37,14 @@ def parse(update: Any, me: Me, instance: str) -> Parsed | Skip:
     entities = msg.get("entities") or msg.get("caption_entities") or []
     private = chat.get("type") == "private"
     addressed, text, command = _addressing(text, entities if isinstance(entities, list) else [], msg, me, private)
-    keys = [f"tg:{instance}:u:{update['update_id']}"]
+    # keyed by the message, not the update id: after a week without updates Telegram starts update ids
+    # afresh (at random), so an old update's key could match a new message
     if kind == "edited_message":
         edit = msg.get("edit_date") if isinstance(msg.get("edit_date"), int) else update["update_id"]
-        keys.append(f"tg:{instance}:e:{chat_id}:{message_id}:{edit}")
+        keys = [f"tg:{instance}:e:{chat_id}:{message_id}:{edit}"]
         text = "[edited] " + text
     else:
-        keys.append(f"tg:{instance}:m:{chat_id}:{message_id}")
+        keys = [f"tg:{instance}:m:{chat_id}:{message_id}"]
     reply_to, meta = "", {"chat_type": _str(chat.get("type"))}
     quoted = msg.get("reply_to_message")
     if isinstance(quoted, dict) and isinstance(quoted.get("message_id"), int):
@@ -84,8 +86,8 @@ def _addressing(text: str, entities: list, msg: dict, me: Me, private: bool) -> 
             continue
         if ent.get("type") == "text_mention" and isinstance(ent.get("user"), dict) and ent["user"].get("id") == me.id:
             addressed = True
-    if mention and mention in text.lower():
-        addressed = True
+    if mention and re.search(rf"(?<![\w@]){re.escape(mention)}(?!\w)", text, re.IGNORECASE):
+        addressed = True  # "@mybot", not "@mybot_fan"
         if text.lower().startswith(mention):
             text = text[len(mention):].lstrip(" ,:")
     quoted = msg.get("reply_to_message")

@@ -26,6 +26,7 @@ from services.gateway_whatsapp.linked_transport import LinkedTransport
 from services.gateway_whatsapp.outbound import Sender
 
 ACK_WITHIN_S = 15.0        # Meta retries a webhook that is not answered 200 in time
+FETCH_WITHIN_S = 10.0      # a slow media file is described, not waited for (the 200 must come first)
 TYPING_EVERY_S = 20.0      # WhatsApp shows the indicator for 25 s or until the reply
 
 
@@ -103,6 +104,8 @@ class WhatsAppChannel(Channel):
         if not self.app_secret or not header.startswith("sha256="):
             return False
         expected = hmac.new(self.app_secret.encode(), raw, hashlib.sha256).hexdigest()
+        if not header.isascii():  # a forged header may hold anything: refused, never a 500
+            return False
         return hmac.compare_digest(expected.encode(), header[len("sha256="):].encode())
 
     async def on_post(self, request: web.Request) -> web.Response:
@@ -154,12 +157,18 @@ class WhatsAppChannel(Channel):
 
     async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
         cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
-        for ref in parsed.files:
+        deadline = time.monotonic() + FETCH_WITHIN_S  # one budget for the lookups and downloads of all files
+        for seq, ref in enumerate(parsed.files):
             size = 0
             try:
-                media = await self.api.media(ref.ref)
+                media = await asyncio.wait_for(self.api.media(ref.ref), max(0.05, deadline - time.monotonic()))
                 size = int(media.get("file_size") or 0)
                 url = str(media["url"])
+            except asyncio.TimeoutError:
+                url, note = "", "the media lookup took too long"
+                self.log.warning("attachment_skipped", kind=ref.kind, reason=note)
+                msg.text = f"{msg.text}\n{attachments.describe(ref.kind, None, 0, note)}".strip()
+                continue
             except (GraphError, NetworkError, KeyError, TypeError, ValueError) as exc:
                 url, note = "", f"could not be fetched ({exc})"
                 self.log.warning("attachment_skipped", kind=ref.kind, reason=note)
@@ -169,9 +178,9 @@ class WhatsAppChannel(Channel):
             async def chunks(url=url):
                 return self.api.download(url)
 
-            await attachments.attach(msg, ref.kind, f"{ref.ref}-{ref.name}", size, cap,
+            await attachments.attach(msg, self.id, seq, ref.kind, ref.name, size, cap,
                                      self.gateway.paths.attachments_dir, self.agent, parsed.date or time.time(),
-                                     chunks, self.log)
+                                     chunks, self.log, timeout_s=max(0.05, deadline - time.monotonic()))
 
     # ------------------------------------------------------------ send
 

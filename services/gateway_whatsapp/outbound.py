@@ -5,6 +5,7 @@ failure), rate limits backed off per number and per recipient, other codes recor
 from __future__ import annotations
 
 import mimetypes
+import time
 from pathlib import Path
 
 from common.gateway.channel import Failed, Outcome, Progress, Retry, Sent
@@ -23,6 +24,9 @@ NUMBER_RATE = 130429      # the number's throughput
 PAIR_RATE = 131056        # too many messages to one recipient
 TOKEN = 190
 TRANSIENT = {1, 2, 131000, 131016, 133004}
+APP_RATE = {4, 80007}     # the app's / the business account's call limits: they reset within the hour
+APP_RATE_RETRY_S = 300.0
+TEMPLATE_EVERY_S = 86400.0  # one template per recipient a day: more rows outside the window do not repeat it
 TOKEN_RETRY_S = 300.0
 MEANINGS = {
     100: "invalid parameter", 131009: "a parameter value is not valid", 131021: "the recipient is the sender",
@@ -45,6 +49,7 @@ class Sender:
         self.recipients = Windows(20, 1.0)
         self.template = template
         self.template_language = template_language
+        self.templated: dict[str, float] = {}  # recipient -> when a template went (this process)
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
         to = item.chat
@@ -94,6 +99,9 @@ class Sender:
             if not self.template:
                 return Failed(f"{exc.code} outside the 24-hour window: the person must write first"
                               " (or set a template for this gateway)")
+            if time.monotonic() - self.templated.get(to, -TEMPLATE_EVERY_S) < TEMPLATE_EVERY_S:
+                return Failed(f"{exc.code} outside the 24-hour window; template {self.template!r} was already sent")
+            self.templated[to] = time.monotonic()
             try:
                 await self.api.send({"recipient_type": "individual", "to": to, "type": "template", "template": {
                     "name": self.template, "language": {"code": self.template_language}}})
@@ -110,6 +118,9 @@ class Sender:
         if exc.code == TOKEN:
             self.log.error("token_rejected", detail="the Graph API refused the access token (190); check the secret")
             return Retry(TOKEN_RETRY_S, str(exc))
+        if exc.code in APP_RATE or exc.http == 429:
+            self.number.cool_down(min(APP_RATE_RETRY_S, 60.0))
+            return Retry(max(APP_RATE_RETRY_S, backoff(attempt)), f"{exc.code} rate limit of the app or account")
         if exc.code in TRANSIENT or exc.http >= 500:
             return Retry(backoff(attempt), str(exc))
         meaning = MEANINGS.get(exc.code, "")

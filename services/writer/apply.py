@@ -105,7 +105,8 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
         case m.ReleaseOutbox():
             for outbox_id in (outbox_store.held_by(conn, op.worker) if op.all_held else op.ids):
                 row = outbox_store.get(conn, outbox_id)
-                if row is not None and outbox_store.release(conn, outbox_id, op.worker, untouched=not op.all_held):
+                if row is not None and outbox_store.release(conn, outbox_id, op.worker,
+                                                                   untouched=op.untouched and not op.all_held):
                     events.append((m.topic_outbox(row.instance), m.OutboxPending,
                                    {"instance": row.instance, "chat": row.chat, "outbox_id": outbox_id}))
             return m.Done()
