@@ -118,6 +118,8 @@ def test_the_sweeper_truncates_the_wal_and_a_held_wal_alerts_once(monkeypatch):
             assert 1 == len(alerts()[0])
         # the reader is gone: the sweeper's next TRUNCATE gives the WAL back and health recovers
         wait_until(lambda: len(alerts()[0]) == 2, timeout=20, what="recovery")
+        # control logs the change, then queues its message through the writer: wait for both
+        wait_until(lambda: len(alerts()[1]) == 2, timeout=10, what="the recovery message queued")
 
         events, bodies = alerts()
         assert (["health_degraded", "health_recovered"], "warning") == ([e["event"] for e in events],
