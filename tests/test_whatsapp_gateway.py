@@ -192,6 +192,9 @@ def test_garbage_and_unknown_types_are_skipped(wa):
                 json.dumps({"object": "whatsapp_business_account", "entry": [{"changes": [
                     {"value": {"messages": 7, "statuses": "x", "contacts": 3}}]}]}).encode()):
         assert 200 == post_raw(wa.webhook, raw, sign(raw, DEFAULT_APP_SECRET))
+    other = json.dumps(message_payload(number(107), "for another number", phone_number_id="999000")).encode()
+    assert 200 == post_raw(wa.webhook, other, sign(other, DEFAULT_APP_SECRET))
     wa.wa.message(number(107), "still fine")
     assert "echo: still fine" == wa.replies(number(107), 1)[0]["text"]
     assert wa.gateway.alive() and "event_skipped" in wa.gateway.log_text()
+    assert "event_for_another_number" in wa.gateway.log_text() and ["still fine"] == user_turns(wa, number(107))

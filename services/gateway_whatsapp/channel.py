@@ -135,6 +135,10 @@ class WhatsAppChannel(Channel):
             return []
         outcomes = []
         for value in found:
+            if "_other_number" in value:  # a second number posting to this URL is configured nowhere here
+                self.log.warning("event_for_another_number", phone_number_id=value["_other_number"],
+                                 hint="give each number its own [[gateways.whatsapp]] and webhook URL")
+                continue
             for parsed in inbound.messages(value, self.id):
                 if isinstance(parsed, inbound.Skip):
                     self.log.info("event_skipped", reason=parsed.reason)

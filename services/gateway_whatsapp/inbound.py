@@ -18,7 +18,8 @@ class Status(NamedTuple):
 
 
 def values(payload: Any, phone_number_id: str) -> list[dict] | Skip:
-    """The `value` objects of a webhook POST meant for this number."""
+    """The `value` objects of a webhook POST, those for this number first. A value for another number
+    of the same app is returned too, marked with ``"_other_number"``: the caller says so, then skips it."""
     if not isinstance(payload, dict) or payload.get("object") != "whatsapp_business_account":
         return Skip("not a whatsapp_business_account payload")
     out = []
@@ -29,7 +30,8 @@ def values(payload: Any, phone_number_id: str) -> list[dict] | Skip:
                 continue
             meta = value.get("metadata") if isinstance(value.get("metadata"), dict) else {}
             if meta.get("phone_number_id") not in (None, phone_number_id):
-                continue  # another number of the same app
+                out.append({"_other_number": str(meta.get("phone_number_id"))})
+                continue
             out.append(value)
     return out
 
