@@ -146,6 +146,8 @@ class SlackChannel(Channel):
                     elif data.get("type") == "disconnect":
                         reason = str(data.get("reason") or "")
                         self.log.info("socket_disconnect", reason=reason)
+                        if self.tasks:  # Slack warns ahead: let envelopes under way ack on this socket first
+                            await asyncio.wait(list(self.tasks), timeout=ACK_WITHIN_S)
                         return reason or ("hello" if greeted else "failed")
                     elif isinstance(data.get("envelope_id"), str):
                         task = asyncio.create_task(self._envelope(ws, data))
