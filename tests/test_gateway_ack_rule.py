@@ -1,0 +1,79 @@
+"""The first rule of durability, on every gateway: nothing is acknowledged to the platform before the
+writer committed it. The writer is paused (SIGSTOP) while a message comes in: no ack, no confirmed
+offset, no 200 may go out meanwhile; once it resumes, the message is stored once and acknowledged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+
+from common import db
+from common.stores import turn_store
+from tests.fake_whatsapp import DEFAULT_APP_SECRET, DEFAULT_PHONE_NUMBER_ID, message_payload, sign
+from tests.procs import wait_until
+from tests.slack_stack import OWNER as SLACK_OWNER
+from tests.slack_stack import slack_stack
+from tests.telegram_stack import OWNER as TG_OWNER
+from tests.telegram_stack import stack as telegram_stack
+from tests.test_whatsapp_gateway import post_raw
+from tests.whatsapp_stack import OWNER as WA_OWNER
+from tests.whatsapp_stack import whatsapp_stack
+
+PAUSE_S = 1.5
+
+
+@contextlib.contextmanager
+def writer_paused(s):
+    os.kill(s.writer.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(s.writer.pid, signal.SIGCONT)
+
+
+def user_turns(s, instance: str, chat: str) -> list[str]:
+    conn = s.reader()
+    with db.read_tx(conn):
+        return [t.content for t in turn_store.user_turns_for_chat(conn, instance, chat)]
+
+
+def test_telegram_confirms_no_offset_while_the_writer_is_away():
+    with telegram_stack() as s:
+        s.start_gateway()
+        with writer_paused(s):
+            s.tg.message("while paused", user=TG_OWNER)
+            time.sleep(PAUSE_S)  # the gateway has fetched it and waits for the writer
+            assert 1 == len(s.tg.pending_updates())  # not confirmed: a crash now would get it again
+        wait_until(lambda: not s.tg.pending_updates(), 20, what="the update confirmed after the writer's ack")
+        assert ["while paused"] == user_turns(s, "tg", str(TG_OWNER))
+        assert "echo: while paused" == s.replies(TG_OWNER, 1)[0]["text"]
+
+
+def test_slack_acks_no_envelope_while_the_writer_is_away():
+    with slack_stack(ack_timeout=30) as s:
+        s.start_gateway()
+        with writer_paused(s):
+            env = s.sl.message("D1", SLACK_OWNER, "while paused", channel_type="im")
+            time.sleep(PAUSE_S)
+            assert [] == s.sl.records("acks", envelope_id=env["envelope_id"])
+        wait_until(lambda: s.sl.records("acks", envelope_id=env["envelope_id"]), 20, what="the ack after the writer's")
+        assert ["while paused"] == user_turns(s, "sl", "D1")
+
+
+def test_whatsapp_answers_no_200_while_the_writer_is_away():
+    with whatsapp_stack() as s:
+        s.start_gateway()
+        body = json.dumps(message_payload(WA_OWNER, "while paused", phone_number_id=DEFAULT_PHONE_NUMBER_ID)).encode()
+        status: list[int] = []
+        with writer_paused(s):
+            poster = threading.Thread(target=lambda: status.append(post_raw(s.webhook, body,
+                                                                            sign(body, DEFAULT_APP_SECRET))))
+            poster.start()
+            time.sleep(PAUSE_S)
+            assert [] == status  # the POST is held open: Meta gets no 200 for an uncommitted message
+        poster.join(20)
+        assert [200] == status and ["while paused"] == user_turns(s, "wa", WA_OWNER)
