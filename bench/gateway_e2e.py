@@ -323,6 +323,34 @@ def rss_ok(res: dict, procs: list[str]) -> bool:
 # ---------------------------------------------------------------- main
 
 
+def judge(res: dict, p50: float, p99: float, procs: list[str]) -> dict[str, bool]:
+    """The issue's targets against this run's figures; prints the line saying which were met."""
+    met = {"p50": p50 < TARGETS["p50"], "p99": p99 < TARGETS["p99"], "growth": res["growth"] < TARGETS["growth"],
+           "rss": rss_ok(res, procs)}
+    print(f"targets: p50 < {TARGETS['p50']:g} ms {'met' if met['p50'] else 'NOT met'} ({p50:.1f});"
+          f" p99 < {TARGETS['p99']:g} ms {'met' if met['p99'] else 'NOT met'} ({p99:.1f});"
+          f" latency growth < {TARGETS['growth']:g} {'met' if met['growth'] else 'NOT met'} ({res['growth']:.2f});"
+          f" RSS within {TARGETS['rss_ratio'] - 1:.0%} + {TARGETS['rss_slack_mb']:g} MB"
+          f" {'met' if met['rss'] else 'NOT met'}")
+    return met
+
+
+def headline(res: dict, lat: list[float], rate: float, offered: float, procs: list[str], **middle) -> dict:
+    """The JSON fields every gateway benchmark prints first (``middle``: its own, before the RSS figures)."""
+    return {
+        "p50_ms": round(percentile(lat, 50), 1),
+        "p99_ms": round(percentile(lat, 99), 1),
+        "max_ms": round(lat[-1], 1) if lat else 0.0,
+        "messages_per_s": round(rate, 1),
+        "offered_per_s": round(offered, 1),
+        "latency_growth": round(res["growth"], 2),
+        "p50_thirds_ms": [round(x, 1) for x in res["p50s"]],
+        **middle,
+        "rss_mb": {n: [round(res["rss"][n]["start"], 1), round(res["rss"][n]["end"], 1)] for n in procs},
+        "rss_slope_mb_per_min": {n: round(res["rss"][n]["slope"], 2) for n in procs},
+    }
+
+
 def run(args, stack: BenchStack, body: Callable[[BenchStack], int]) -> int:
     """Start ``stack``, run ``body(stack)`` and stop every process whatever happens (SIGTERM too)."""
 

@@ -53,7 +53,7 @@ from collections import Counter  # noqa: E402
 from bench import gateway_e2e  # noqa: E402
 from bench.gateway_e2e import (  # noqa: E402, F401  (the names this module had before they were shared)
     DRAIN_TIMEOUT_S, FETCH_EVERY_S, READY_TIMEOUT_S, RSS_EVERY_S, TARGETS, BenchStack, Sampler, percentile,
-    print_resources, progress, resources, rss_mb, rss_ok, send_plan, slope_per_min, spread,
+    headline, judge, print_resources, progress, resources, rss_mb, rss_ok, send_plan, slope_per_min, spread,
 )
 
 AGENT, INSTANCE = "default", "tg"
@@ -242,25 +242,11 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
     for text in res["missing"][:5]:
         print(f"  unanswered: {text}")
     procs = [n for n in res["rss"] if n in stack.procs()]
-    met = {"p50": p50 < TARGETS["p50"], "p99": p99 < TARGETS["p99"], "growth": res["growth"] < TARGETS["growth"],
-           "rss": rss_ok(res, procs)}
-    print(f"targets: p50 < {TARGETS['p50']:g} ms {'met' if met['p50'] else 'NOT met'} ({p50:.1f});"
-          f" p99 < {TARGETS['p99']:g} ms {'met' if met['p99'] else 'NOT met'} ({p99:.1f});"
-          f" latency growth < {TARGETS['growth']:g} {'met' if met['growth'] else 'NOT met'} ({res['growth']:.2f});"
-          f" RSS within {TARGETS['rss_ratio'] - 1:.0%} + {TARGETS['rss_slack_mb']:g} MB"
-          f" {'met' if met['rss'] else 'NOT met'}")
+    met = judge(res, p50, p99, procs)
     if args.keep:
         print(f"kept: home {stack.home.root}")
     print(json.dumps({
-        "p50_ms": round(p50, 1),
-        "p99_ms": round(p99, 1),
-        "max_ms": round(lat[-1], 1) if lat else 0.0,
-        "messages_per_s": round(rate, 1),
-        "offered_per_s": round(offered, 1),
-        "latency_growth": round(res["growth"], 2),
-        "p50_thirds_ms": [round(x, 1) for x in res["p50s"]],
-        "rss_mb": {n: [round(res["rss"][n]["start"], 1), round(res["rss"][n]["end"], 1)] for n in procs},
-        "rss_slope_mb_per_min": {n: round(res["rss"][n]["slope"], 2) for n in procs},
+        **headline(res, lat, rate, offered, procs),
         "chats": args.chats,
         "seconds": args.seconds,
         "messages": len(run["texts"]),

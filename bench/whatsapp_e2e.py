@@ -66,8 +66,8 @@ import time  # noqa: E402
 
 from bench import gateway_e2e  # noqa: E402
 from bench.gateway_e2e import (  # noqa: E402
-    DRAIN_TIMEOUT_S, TARGETS, BenchStack, Sampler, db_split, percentile, print_resources, progress, resources,
-    rss_ok, send_plan, spread,
+    DRAIN_TIMEOUT_S, BenchStack, Sampler, db_split, headline, judge, percentile, print_resources, progress,
+    resources, send_plan, spread,
 )
 
 AGENT, INSTANCE = "default", "wa"
@@ -316,28 +316,13 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
     for text in res["missing"][:5]:
         print(f"  unanswered: {text}")
     procs = [n for n in res["rss"] if n in stack.procs()]
-    met = {"p50": p50 < TARGETS["p50"], "p99": p99 < TARGETS["p99"], "growth": res["growth"] < TARGETS["growth"],
-           "rss": rss_ok(res, procs)}
-    print(f"targets: p50 < {TARGETS['p50']:g} ms {'met' if met['p50'] else 'NOT met'} ({p50:.1f});"
-          f" p99 < {TARGETS['p99']:g} ms {'met' if met['p99'] else 'NOT met'} ({p99:.1f});"
-          f" latency growth < {TARGETS['growth']:g} {'met' if met['growth'] else 'NOT met'} ({res['growth']:.2f});"
-          f" RSS within {TARGETS['rss_ratio'] - 1:.0%} + {TARGETS['rss_slack_mb']:g} MB"
-          f" {'met' if met['rss'] else 'NOT met'}")
+    met = judge(res, p50, p99, procs)
     if args.keep:
         print(f"kept: home {stack.home.root}")
     acked = sorted(res["acked"])
     print(json.dumps({
-        "p50_ms": round(p50, 1),
-        "p99_ms": round(p99, 1),
-        "max_ms": round(lat[-1], 1) if lat else 0.0,
-        "messages_per_s": round(rate, 1),
-        "offered_per_s": round(offered, 1),
-        "latency_growth": round(res["growth"], 2),
-        "p50_thirds_ms": [round(x, 1) for x in res["p50s"]],
-        "ack_p50_ms": round(percentile(acked, 50), 1),
-        "ack_p99_ms": round(percentile(acked, 99), 1),
-        "rss_mb": {n: [round(res["rss"][n]["start"], 1), round(res["rss"][n]["end"], 1)] for n in procs},
-        "rss_slope_mb_per_min": {n: round(res["rss"][n]["slope"], 2) for n in procs},
+        **headline(res, lat, rate, offered, procs, ack_p50_ms=round(percentile(acked, 50), 1),
+                   ack_p99_ms=round(percentile(acked, 99), 1)),
         "numbers": args.numbers,
         "seconds": args.seconds,
         "messages": len(run["texts"]),
