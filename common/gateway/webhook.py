@@ -3,11 +3,12 @@ shared by every instance configured on it, with a cap on request bodies."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from common.errors import StarlingError
+from common.errors import BusTimeout, StarlingError, WriteRejected
 
 MAX_BODY = 4 * 1024 * 1024  # platform events are small; a larger body is refused before it is read
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -52,3 +53,18 @@ class WebhookServers:
         for runner in self._runners:
             await runner.cleanup()
         self._runners = []
+
+
+async def answer_after_ack(work: Awaitable, within_s: float, log) -> web.Response:
+    """The answer to a platform's webhook request: 200 once ``work`` (handing its messages to the writer)
+    is done; 503 when the writer has not acked within ``within_s`` (the platform retries, and the writer
+    dedupes what did land); 500 with a log line, not a traceback, on a bug."""
+    try:
+        await asyncio.wait_for(work, within_s)
+    except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:
+        log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__)
+        return web.Response(status=503)
+    except Exception as exc:
+        log.error("webhook_failed", error=repr(exc))
+        return web.Response(status=500)
+    return web.Response(status=200)

@@ -20,6 +20,7 @@ from common.errors import BusTimeout, StarlingError, WriteRejected
 from common.gateway import attachments
 from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
 from common.gateway.limits import InOrder
+from common.gateway.webhook import answer_after_ack
 from common.log import register_secret
 from common.secrets import resolve_secret
 from common.stores import session_store
@@ -260,15 +261,7 @@ class SlackChannel(Channel):
         if request.headers.get("X-Slack-Retry-Num"):
             self.log.info("event_redelivered", retry=request.headers.get("X-Slack-Retry-Num"),
                           reason=request.headers.get("X-Slack-Retry-Reason"))
-        try:
-            await asyncio.wait_for(self.handle(kind, payload), ACK_WITHIN_S)
-        except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:
-            self.log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__)
-            return web.Response(status=503)  # Slack retries; the writer dedupes what did land
-        except Exception as exc:  # a bug on one request: a log line (not a traceback), and the platform retries
-            self.log.error("webhook_failed", error=repr(exc))
-            return web.Response(status=500)
-        return web.Response(status=200)
+        return await answer_after_ack(self.handle(kind, payload), ACK_WITHIN_S, self.log)
 
     # ------------------------------------------------------------ send
 

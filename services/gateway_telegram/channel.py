@@ -12,10 +12,11 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from common.errors import BusTimeout, StarlingError, WriteRejected
+from common.errors import BusTimeout, StarlingError
 from common.gateway import attachments
 from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
 from common.gateway.limits import InOrder
+from common.gateway.webhook import answer_after_ack
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
@@ -211,15 +212,7 @@ class TelegramChannel(Channel):
         except ValueError:
             self.log.warning("update_skipped", reason="body is not JSON")
             return web.Response(status=200)  # a redelivery would be the same garbage
-        try:
-            await asyncio.wait_for(self.handle_update(update), WEBHOOK_ACK_S)
-        except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:
-            self.log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__)
-            return web.Response(status=503)  # Telegram retries; the writer dedupes what did land
-        except Exception as exc:  # a bug on one request: a log line (not a traceback), and the platform retries
-            self.log.error("webhook_failed", error=repr(exc))
-            return web.Response(status=500)
-        return web.Response(status=200)
+        return await answer_after_ack(self.handle_update(update), WEBHOOK_ACK_S, self.log)
 
     # ------------------------------------------------------------ send
 

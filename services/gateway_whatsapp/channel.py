@@ -13,10 +13,11 @@ import time
 import aiohttp
 from aiohttp import web
 
-from common.errors import BusTimeout, StarlingError, WriteRejected
+from common.errors import StarlingError
 from common.gateway import attachments
 from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
 from common.gateway.limits import InOrder
+from common.gateway.webhook import answer_after_ack
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
@@ -118,15 +119,7 @@ class WhatsAppChannel(Channel):
         except ValueError:
             self.log.warning("event_skipped", reason="body is not JSON")
             return web.Response(status=200)  # a redelivery would be the same garbage
-        try:
-            await asyncio.wait_for(self.handle(payload), ACK_WITHIN_S)
-        except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:
-            self.log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__)
-            return web.Response(status=503)  # Meta retries; the writer dedupes what did land
-        except Exception as exc:  # a bug on one request: a log line (not a traceback), and the platform retries
-            self.log.error("webhook_failed", error=repr(exc))
-            return web.Response(status=500)
-        return web.Response(status=200)
+        return await answer_after_ack(self.handle(payload), ACK_WITHIN_S, self.log)
 
     async def handle(self, payload: object) -> list[str]:
         found = inbound.values(payload, self.cfg.phone_number_id)
