@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Callable
+import json
+from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
 
 import aiohttp
 
@@ -14,6 +15,31 @@ DOWNLOAD_TIMEOUT_S = 300.0
 
 class NetworkError(StarlingError):
     """No usable answer from a platform (connection refused, timeout, 5xx, not its API): worth a retry."""
+
+
+class Answer(NamedTuple):
+    status: int
+    headers: Mapping[str, str]
+    body: Any  # the JSON it held, or None when it was not JSON
+
+
+async def request_json(session: aiohttp.ClientSession, method: str, url: str, *, what: str, timeout: float,
+                       hide: Callable[[str], str] = lambda text: text, **kw: Any) -> Answer:
+    """One call to a platform's API: no answer (a timeout, a refused connection) is a NetworkError; any
+    answer comes back with its status, headers and JSON body for the platform's client to judge."""
+    try:
+        async with session.request(method, url, timeout=aiohttp.ClientTimeout(total=timeout), **kw) as resp:
+            raw = await resp.read()
+            status, headers = resp.status, resp.headers
+    except asyncio.TimeoutError as exc:
+        raise NetworkError(f"{what}: no answer within {timeout:.0f}s") from exc
+    except aiohttp.ClientError as exc:
+        raise NetworkError(f"{what}: {type(exc).__name__}: {hide(str(exc))}") from None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    return Answer(status, headers, body)
 
 
 async def download(session: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None, *,

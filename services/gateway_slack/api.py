@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 import aiohttp
 
 from common.errors import StarlingError
-from common.gateway.http import NetworkError, download
+from common.gateway.http import NetworkError, download, request_json
 
 CALL_TIMEOUT_S = 30.0
 
@@ -42,22 +42,12 @@ class SlackApi:
         else:
             data = json.dumps(params or {})
             headers["Content-Type"] = "application/json; charset=utf-8"
-        try:
-            async with self.session.post(f"{self.base}/{method}", data=data, headers=headers,
-                                         timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                body = await resp.read()
-                if resp.status == 429:
-                    raise SlackError(method, "ratelimited", _seconds(resp.headers.get("Retry-After")))
-                if resp.status >= 500:
-                    raise NetworkError(f"{method}: HTTP {resp.status}")
-        except asyncio.TimeoutError as exc:
-            raise NetworkError(f"{method}: no answer within {timeout:.0f}s") from exc
-        except aiohttp.ClientError as exc:
-            raise NetworkError(f"{method}: {type(exc).__name__}: {exc}") from None
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            raise NetworkError(f"{method}: not a Web API answer") from None
+        status, resp_headers, answer = await request_json(self.session, "POST", f"{self.base}/{method}", what=method,
+                                                          timeout=timeout, data=data, headers=headers)
+        if status == 429:
+            raise SlackError(method, "ratelimited", _seconds(resp_headers.get("Retry-After")))
+        if status >= 500:
+            raise NetworkError(f"{method}: HTTP {status}")
         if not isinstance(answer, dict):
             raise NetworkError(f"{method}: not a Web API answer")
         if answer.get("ok") is not True:

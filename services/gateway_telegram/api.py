@@ -5,14 +5,14 @@ unredacted."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiohttp
+
 from common.errors import StarlingError
-from common.gateway.http import NetworkError, download
+from common.gateway.http import NetworkError, download, request_json
 
 CALL_TIMEOUT_S = 30.0
 
@@ -44,20 +44,9 @@ class BotApi:
 
     async def call(self, method: str, params: dict[str, Any] | None = None, *, timeout: float = CALL_TIMEOUT_S,
                    form: aiohttp.FormData | None = None) -> Any:
-        url = f"{self.base}/bot{self.token}/{method}"
-        try:
-            kwargs: dict[str, Any] = {"data": form} if form is not None else {"json": params or {}}
-            async with self.session.post(url, timeout=aiohttp.ClientTimeout(total=timeout), **kwargs) as resp:
-                body = await resp.read()
-                status = resp.status
-        except asyncio.TimeoutError as exc:
-            raise NetworkError(f"{method}: no answer within {timeout:.0f}s") from exc
-        except aiohttp.ClientError as exc:
-            raise NetworkError(f"{method}: {self._hide(str(exc)) or type(exc).__name__}") from None
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            raise NetworkError(f"{method}: HTTP {status}, not a Bot API answer") from None
+        kwargs: dict[str, Any] = {"data": form} if form is not None else {"json": params or {}}
+        status, _, answer = await request_json(self.session, "POST", f"{self.base}/bot{self.token}/{method}",
+                                               what=method, timeout=timeout, hide=self._hide, **kwargs)
         if not isinstance(answer, dict):
             raise NetworkError(f"{method}: HTTP {status}, not a Bot API answer")
         if answer.get("ok") is True:

@@ -4,15 +4,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiohttp
 
 from common.errors import StarlingError
-from common.gateway.http import NetworkError, download
+from common.gateway.http import NetworkError, download, request_json
 
 CALL_TIMEOUT_S = 30.0
 
@@ -38,20 +36,8 @@ class GraphApi:
         return {"Authorization": f"Bearer {self.token}"}
 
     async def _request(self, method: str, url: str, what: str, **kw) -> dict[str, Any]:
-        try:
-            async with self.session.request(method, url, headers=self._auth,
-                                            timeout=aiohttp.ClientTimeout(total=kw.pop("timeout", CALL_TIMEOUT_S)),
-                                            **kw) as resp:
-                body = await resp.read()
-                status = resp.status
-        except asyncio.TimeoutError as exc:
-            raise NetworkError(f"{what}: no answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise NetworkError(f"{what}: {type(exc).__name__}: {exc}") from None
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            answer = None
+        status, _, answer = await request_json(self.session, method, url, what=what, headers=self._auth,
+                                               timeout=kw.pop("timeout", CALL_TIMEOUT_S), **kw)
         if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
             err = answer["error"]
             data = err.get("error_data") if isinstance(err.get("error_data"), dict) else {}
