@@ -21,18 +21,16 @@ from common.gateway.delivery import backoff as outbox_backoff
 from common.gateway.limits import InOrder, Window, Windows
 from schema import messages as m
 from services.gateway_whatsapp import linked
-from services.gateway_whatsapp.format import split_text, to_whatsapp
 from services.gateway_whatsapp.linked import (
     Backoff, ConnectError, Link, LinkRecord, LogoutReason, SendError, State,
 )
+from services.gateway_whatsapp.outbound import message_parts
 from services.gateway_whatsapp.session_vault import SessionBusy, SessionError, SessionVault
 
 POLL_S = 1.0              # a new link, an unlink request: looked for this often
 CONNECT_TIMEOUT_S = 60.0  # a connection attempt without connected/disconnected/logged_out counts as failed
 LOGOUT_TIMEOUT_S = 15.0
 TYPING_EVERY_S = 10.0     # WhatsApp shows "typing…" for about 25 s unless renewed
-CAPTION_MAX = 1024
-DOCUMENT_MAX = 100 * 1024 * 1024
 UNLINK_REQUEST = "unlink.request"
 UNLINK_RESULT = "unlink.result"
 KEEP_SENDERS = 2000
@@ -277,17 +275,10 @@ class LinkedTransport:
             if self.link.state in (State.LOGGED_OUT, State.UNLINKED):
                 return Retry(linked.LOGGED_OUT_RETRY_S, f"the number is {self.link.status()}")
             return Retry(min(60.0, outbox_backoff(item.attempt)), f"not connected: {self.link.status()}")
-        body = item.body.strip()
-        texts = split_text(to_whatsapp(body)) if body else []
-        parts: list[tuple[str, str]] = [("text", t) for t in texts]
-        path = Path(item.file_path) if item.kind == "file" else None
-        if path is not None:
-            if not path.is_file():
-                return Failed(f"file not found: {item.file_path}")
-            if path.stat().st_size > DOCUMENT_MAX:
-                return Failed("file too large for WhatsApp (limit 100 MB)")
-            caption = texts[0] if len(texts) == 1 and len(texts[0]) <= CAPTION_MAX else ""
-            parts = [("file", caption)] + ([] if caption else parts)
+        parts = message_parts(item)
+        if isinstance(parts, Failed):
+            return parts
+        path = Path(item.file_path)
         msg_id = ""
         for index in range(min(item.parts_sent, len(parts)), len(parts)):
             kind, text = parts[index]

@@ -38,6 +38,23 @@ MEANINGS = {
 }
 
 
+def message_parts(item: m.OutboxItem) -> list[tuple[str, str]] | Failed:
+    """An outbox row as WhatsApp messages, in sending order: ("text", text) parts, and for a file
+    ("file", caption) first (the text as its caption when it fits, else after it in parts of its own)."""
+    body = item.body.strip()
+    texts = split_text(to_whatsapp(body)) if body else []
+    parts: list[tuple[str, str]] = [("text", t) for t in texts]
+    if item.kind != "file":
+        return parts
+    path = Path(item.file_path)
+    if not path.is_file():
+        return Failed(f"file not found: {item.file_path}")
+    if path.stat().st_size > DOCUMENT_MAX:
+        return Failed("file too large for WhatsApp (limit 100 MB)")
+    caption = texts[0] if len(texts) == 1 and len(texts[0]) <= CAPTION_MAX else ""
+    return [("file", caption)] + ([] if caption else parts)
+
+
 class Sender:
     """Pacing: the Cloud API's default 80 messages a second per number; after a pair-rate error
     (131056) the recipient waits alone, after a throughput error (130429) the whole number."""
@@ -53,17 +70,9 @@ class Sender:
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
         to = item.chat
-        body = item.body.strip()
-        texts = split_text(to_whatsapp(body)) if body else []
-        parts: list[tuple[str, str]] = [("text", t) for t in texts]
-        if item.kind == "file":
-            path = Path(item.file_path)
-            if not path.is_file():
-                return Failed(f"file not found: {item.file_path}")
-            if path.stat().st_size > DOCUMENT_MAX:
-                return Failed("file too large for WhatsApp (limit 100 MB)")
-            caption = texts[0] if len(texts) == 1 and len(texts[0]) <= CAPTION_MAX else ""
-            parts = [("file", caption)] + ([] if caption else parts)
+        parts = message_parts(item)
+        if isinstance(parts, Failed):
+            return parts
         wamid = ""
         for index in range(min(item.parts_sent, len(parts)), len(parts)):
             kind, text = parts[index]
