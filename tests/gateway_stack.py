@@ -144,7 +144,8 @@ def stream_plan(conversations: list, schedule: list[float], spread_s: float) -> 
 
 class Feeder(threading.Thread):
     """Sends a ``stream_plan`` from a thread of its own: ``send(conversation, k)`` sends one message and returns
-    its text, kept in ``sent[conversation]`` in order. ``stop`` ends it early; an error is kept in ``error``."""
+    its text, kept in ``sent[conversation]`` in order. ``with Feeder(...) as feed:`` starts it (and stops it
+    if the block fails); ``feed.finish()`` then waits for the plan and returns what was sent."""
 
     def __init__(self, plan: list[tuple[float, Hashable, int]], send: Callable[[Hashable, int], str]) -> None:
         super().__init__(daemon=True)
@@ -153,6 +154,23 @@ class Feeder(threading.Thread):
         self.sent: dict[Hashable, list[str]] = {}
         self.error: BaseException | None = None
         self.stop = threading.Event()
+
+    def __enter__(self) -> Feeder:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, *_exc) -> None:
+        if exc_type is not None:  # the test failed mid-stream: stop sending, bounded
+            self.stop.set()
+            self.join(timeout=30)
+
+    def finish(self, timeout: float = 30.0) -> dict[Hashable, list[str]]:
+        """Wait for the whole plan to be sent; what was sent, per conversation, in order. What the thread
+        hit is raised here."""
+        self.join(timeout=timeout)
+        assert self.error is None, self.error
+        assert not self.is_alive(), "the feeder did not finish its plan in time"
+        return dict(self.sent)
 
     def run(self) -> None:
         start = time.monotonic()

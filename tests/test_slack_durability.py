@@ -205,10 +205,8 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
             with read_tx(reader) as conn:
                 return outbox_store.count_by_state(conn).get("claimed", 0)
 
-        feed = Feeder(stream_plan(CONVERSATIONS, SCHEDULE, SPREAD_S), convs.send)
         kills: list[tuple[str, float]] = []
-        feed.start()
-        try:
+        with Feeder(stream_plan(CONVERSATIONS, SCHEDULE, SPREAD_S), convs.send) as feed:
             time.sleep(2.0)
             wait_until(lambda: held_rows() >= 3, timeout=5, what="the gateway to hold outbox rows")
             killed, in_flight = kill_gateway_holding_envelopes(s)
@@ -217,14 +215,7 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
             time.sleep(3.0)
             kills.append(("writer", time.time()))
             s.kill_writer()
-        except BaseException:
-            feed.stop.set()
-            raise
-        finally:
-            feed.join(timeout=30)
-        assert feed.error is None, feed.error
-        assert not feed.is_alive()
-        expected = dict(feed.sent)
+        expected = feed.finish()
         assert sum(map(len, expected.values())) == len(CONVERSATIONS) * PER_CONVERSATION
         wait_answered(s, expected)
 

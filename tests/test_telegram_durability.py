@@ -132,10 +132,8 @@ def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
             with read_tx(reader) as conn:
                 return outbox_store.count_by_state(conn).get("claimed", 0)
 
-        feed = feeder(s.tg)
         kills: list[tuple[str, float]] = []
-        feed.start()
-        try:
+        with feeder(s.tg) as feed:
             time.sleep(2.0)
             wait_until(lambda: held_rows() >= 3, timeout=5, what="the gateway to hold outbox rows")
             kills.append(("gateway", time.time()))
@@ -150,14 +148,7 @@ def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
             time.sleep(2.5)
             kills.append(("writer", time.time()))
             s.kill_writer()
-        except BaseException:
-            feed.stop.set()
-            raise
-        finally:
-            feed.join(timeout=30)
-        assert feed.error is None, feed.error
-        assert not feed.is_alive()
-        expected = dict(feed.sent)
+        expected = feed.finish()
         assert sum(map(len, expected.values())) == len(USERS) * PER_CHAT
         wait_answered(s, expected)
 

@@ -257,10 +257,8 @@ SPREAD_S = 0.9
 def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
     with stack() as s:
         people = People(s.wa)
-        feed = Feeder(stream_plan(NUMBERS, SCHEDULE, SPREAD_S), people.send)
         kills: list[tuple[str, float]] = []
-        feed.start()
-        try:
+        with Feeder(stream_plan(NUMBERS, SCHEDULE, SPREAD_S), people.send) as feed:
             time.sleep(1.5)
             _paused, killed = kill_gateway_holding_a_post(s)
             kills.append(("gateway", killed))
@@ -271,14 +269,7 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
             kills.append(("writer", time.time()))
             s.kill_writer()
             writer_back = time.time()
-        except BaseException:
-            feed.stop.set()
-            raise
-        finally:
-            feed.join(timeout=30)
-        assert feed.error is None, feed.error
-        assert not feed.is_alive()
-        expected = dict(feed.sent)
+        expected = feed.finish()
         assert sum(map(len, expected.values())) == len(NUMBERS) * PER_NUMBER
         wait_answered(s, expected)
 
