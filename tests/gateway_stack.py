@@ -22,6 +22,7 @@ from typing import Callable, Hashable
 from common import db
 from common.personas import create_pack
 from common.secrets import set_secret
+from common.stores import outbox_store, turn_store
 from tests.fake_models import FakeModelsProcess
 from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
 
@@ -102,6 +103,32 @@ class GatewayStack:
 
     def reader(self):
         return db.open_reader(self.home.paths.db_file)
+
+    # what the tests read back (the database through its stores, the fake model's requests)
+
+    def user_turns(self, instance: str, chat: str | int) -> list[str]:
+        """The texts a chat of an instance stored as user turns, across its sessions, oldest first."""
+        conn = self.reader()
+        with db.read_tx(conn):
+            return [t.content for t in turn_store.user_turns_for_chat(conn, instance, str(chat))]
+
+    def outbox(self, instance: str, chat: str | int) -> list[outbox_store.Row]:
+        conn = self.reader()
+        with db.read_tx(conn):
+            return outbox_store.for_chat(conn, instance, str(chat))
+
+    def settled(self, instance: str, chat: str | int, timeout: float = 10.0) -> list[outbox_store.Row]:
+        """The chat's outbox once every row is sent or failed."""
+        def done() -> bool:
+            rows = self.outbox(instance, chat)
+            return bool(rows) and all(r.state in ("sent", "failed") for r in rows)
+
+        wait_until(done, timeout, what=f"{instance}:{chat}'s outbox to settle")
+        return self.outbox(instance, chat)
+
+    def model_saw(self, text: str) -> bool:
+        """Whether any request to the fake model carried ``text``."""
+        return any(text in json.dumps(r["body"], ensure_ascii=False) for r in self.fake_model.requests("openai"))
 
     def stop(self) -> None:
         for proc in [self.gateway, *self.extra_procs, *self.runners, self.writer]:

@@ -11,8 +11,6 @@ import signal
 import threading
 import time
 
-from common import db
-from common.stores import turn_store
 from tests.fake_whatsapp import DEFAULT_APP_SECRET, DEFAULT_PHONE_NUMBER_ID, message_payload, sign
 from tests.procs import wait_until
 from tests.slack_stack import OWNER as SLACK_OWNER
@@ -36,9 +34,7 @@ def writer_paused(s):
 
 
 def user_turns(s, instance: str, chat: str) -> list[str]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return [t.content for t in turn_store.user_turns_for_chat(conn, instance, chat)]
+    return s.user_turns(instance, chat)
 
 
 def test_telegram_confirms_no_offset_while_the_writer_is_away():

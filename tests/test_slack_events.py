@@ -6,17 +6,13 @@ from __future__ import annotations
 import json
 import time
 
-from common import db
-from common.stores import turn_store
 from tests.fake_slack import DEFAULT, post_event, url_verification
 from tests.slack_stack import OWNER, slack_stack
 from tests.test_telegram_modes import free_port
 
 
 def user_turns(s, chat: str) -> list[str]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return [t.content for t in turn_store.user_turns_for_chat(conn, "sl", chat)]
+    return s.user_turns("sl", chat)
 
 
 def test_events_over_http_are_verified_stored_then_answered():
@@ -74,6 +70,4 @@ def test_two_workspaces_in_one_process_each_answer_their_own():
 
 
 def user_turns_of(s, instance: str, chat: str) -> list[str]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return [t.content for t in turn_store.user_turns_for_chat(conn, instance, chat)]
+    return s.user_turns(instance, chat)

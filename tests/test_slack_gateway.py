@@ -38,25 +38,19 @@ def sl():
 
 
 def user_turns(s, chat: str) -> list[str]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return [t.content for t in turn_store.user_turns_for_chat(conn, "sl", chat)]
+    return s.user_turns("sl", chat)
 
 
 def outbox(s, chat: str) -> list[outbox_store.Row]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return outbox_store.for_chat(conn, "sl", chat)
+    return s.outbox("sl", chat)
 
 
 def settled(s, chat: str, timeout: float = 10.0) -> list[outbox_store.Row]:
-    wait_until(lambda: outbox(s, chat) and all(r.state in ("sent", "failed") for r in outbox(s, chat)), timeout,
-               what=f"{chat}'s outbox to settle")
-    return outbox(s, chat)
+    return s.settled("sl", chat, timeout)
 
 
 def model_saw(s, text: str) -> bool:
-    return any(text in json.dumps(r["body"], ensure_ascii=False) for r in s.fake_model.requests("openai"))
+    return s.model_saw(text)
 
 
 def test_a_direct_message_is_answered_in_the_dm_and_acked_after_the_writer(sl):

@@ -7,7 +7,6 @@ group GROUP are allowed; everyone else is a stranger.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import stat
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from common import db
-from common.stores import access_store, outbox_store, turn_store
+from common.stores import access_store, outbox_store
 from schema import messages as m
 from tests.procs import REPO, wait_until
 from tests.telegram_stack import Stack
@@ -50,15 +49,11 @@ def user(uid: int) -> dict:
 
 
 def user_turns(s, chat: int) -> list[str]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return [t.content for t in turn_store.user_turns_for_chat(conn, "tg", str(chat))]
+    return s.user_turns("tg", chat)
 
 
 def outbox(s, chat: int) -> list[outbox_store.Row]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return outbox_store.for_chat(conn, "tg", str(chat))
+    return s.outbox("tg", chat)
 
 
 def call(s, op, key=None):
@@ -69,14 +64,11 @@ def call(s, op, key=None):
 
 
 def model_saw(s, text: str) -> bool:
-    return any(text in json.dumps(r["body"], ensure_ascii=False) for r in s.fake_model.requests("openai"))
+    return s.model_saw(text)
 
 
 def settled(s, chat: int, timeout: float = 10.0) -> list[outbox_store.Row]:
-    """Wait until every queued outbox row of the chat is sent or failed."""
-    wait_until(lambda: outbox(s, chat) and all(r.state in ("sent", "failed") for r in outbox(s, chat)), timeout,
-               what=f"chat {chat}'s outbox to settle")
-    return outbox(s, chat)
+    return s.settled("tg", chat, timeout)
 
 
 # ---------------------------------------------------------------- the basics

@@ -14,7 +14,6 @@ import aiohttp
 from common import db
 from common.gateway.channel import Sent
 from common.secrets import set_secret
-from common.stores import turn_store
 from schema import messages as m
 from services.gateway_telegram.api import BotApi
 from services.gateway_telegram.format import split_html, to_html
@@ -33,9 +32,7 @@ def free_port() -> int:
 
 
 def user_turns(s, instance: str, chat: int) -> list[str]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return [t.content for t in turn_store.user_turns_for_chat(conn, instance, str(chat))]
+    return s.user_turns(instance, chat)
 
 
 def instances_in(proc: Proc) -> set[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from common import db
-from common.stores import outbox_store, turn_store
+from common.stores import outbox_store
 from schema import messages as m
 from tests.fake_whatsapp import DEFAULT_APP_SECRET, DEFAULT_PHONE_NUMBER_ID, message_payload, sign
 from tests.procs import wait_until
@@ -45,21 +45,15 @@ def number(i: int) -> str:
 
 
 def user_turns(s, chat: str) -> list[str]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return [t.content for t in turn_store.user_turns_for_chat(conn, "wa", chat)]
+    return s.user_turns("wa", chat)
 
 
 def outbox(s, chat: str) -> list[outbox_store.Row]:
-    conn = s.reader()
-    with db.read_tx(conn):
-        return outbox_store.for_chat(conn, "wa", chat)
+    return s.outbox("wa", chat)
 
 
 def settled(s, chat: str, timeout: float = 10.0) -> list[outbox_store.Row]:
-    wait_until(lambda: outbox(s, chat) and all(r.state in ("sent", "failed") for r in outbox(s, chat)), timeout,
-               what=f"{chat}'s outbox to settle")
-    return outbox(s, chat)
+    return s.settled("wa", chat, timeout)
 
 
 def post_raw(url: str, body: bytes, signature: str | None) -> int:
@@ -74,7 +68,7 @@ def post_raw(url: str, body: bytes, signature: str | None) -> int:
 
 
 def model_saw(s, text: str) -> bool:
-    return any(text in json.dumps(r["body"], ensure_ascii=False) for r in s.fake_model.requests("openai"))
+    return s.model_saw(text)
 
 
 def test_the_verification_handshake(wa):
