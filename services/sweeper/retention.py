@@ -100,13 +100,16 @@ class Retention:
 
     # ------------------------------------------------------------ conversations and attachments
 
-    async def _sessions(self, before: float, report: Report) -> None:
-        async def attachments(purged: m.Purged) -> None:
+    def _remove_named(self, report: Report, kind: str, folder):
+        """After a committed step: remove the files its deleted rows named (only inside ``folder``)."""
+        async def remove(purged: m.Purged) -> None:
             if purged.files:
-                report.free("attachments", await asyncio.to_thread(
-                    files.remove_files, purged.files, self.paths.attachments_dir, self.stop))
+                report.free(kind, await asyncio.to_thread(files.remove_files, purged.files, folder, self.stop))
+        return remove
 
-        await self._steps(lambda: m.PurgeSessions(before=before, max_ms=STEP_MAX_MS), report, attachments)
+    async def _sessions(self, before: float, report: Report) -> None:
+        await self._steps(lambda: m.PurgeSessions(before=before, max_ms=STEP_MAX_MS), report,
+                          self._remove_named(report, "attachments", self.paths.attachments_dir))
         with read_tx(self.reader()) as conn:
             oldest = retention_store.oldest_session_by_agent(conn)
         report.free("attachments", await asyncio.to_thread(self._stale_days, before, oldest))
@@ -139,12 +142,8 @@ class Retention:
     # ------------------------------------------------------------ jobs
 
     async def _jobs(self, before: float, report: Report) -> None:
-        async def logs(purged: m.Purged) -> None:
-            if purged.files:
-                report.free("job_logs", await asyncio.to_thread(
-                    files.remove_files, purged.files, self.paths.jobs_dir, self.stop))
-
-        await self._steps(lambda: m.PurgeJobs(before=before, max_ms=STEP_MAX_MS), report, logs)
+        await self._steps(lambda: m.PurgeJobs(before=before, max_ms=STEP_MAX_MS), report,
+                          self._remove_named(report, "job_logs", self.paths.jobs_dir))
         with read_tx(self.reader()) as conn:
             named = {os.path.realpath(p) for p in retention_store.job_log_paths(conn)}
         # logs no row names (a job whose start was never recorded), untouched for the window
