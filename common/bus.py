@@ -6,7 +6,9 @@ Frames (every part after the ZeroMQ routing identity):
 ``payload`` is msgpack of a ``schema.messages`` struct; ``mac`` is the first 16 bytes of
 HMAC-SHA256 over ``topic + b"\\0" + payload`` (topic empty for requests and acks) with a key
 derived from the session secret, so only Starling's own processes are heard. A frame that fails
-the MAC or does not decode is counted, logged and dropped by whoever receives it.
+the MAC or does not decode is counted, logged and dropped by whoever receives it: ``decode``
+turns every failure a payload can cause (bad msgpack, a wrong shape, nesting too deep for the
+decoder's recursion limit, memory) into a BadFrame, and ``Drops`` counts and logs them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import itertools
 import os
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,12 +29,16 @@ import zmq
 import zmq.asyncio
 
 from common.errors import BusTimeout, ConfigError, WriteRejected
+from common.log import get_logger
 from schema import messages as m
 
 MAC_BYTES = 16
 _NOBLOCK = int(zmq.NOBLOCK)  # plain ints: pyzmq's flag enums cost microseconds per send
 LINGER_MS = 500
 IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+LOG_FIRST_DROPS = 10  # per reason, then one line in LOG_EVERY_DROPS
+LOG_EVERY_DROPS = 100
+_ERROR_SHOWN = 300  # characters of a decode error kept (a deep path can make it long)
 
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
@@ -39,6 +46,52 @@ request_decoder = msgspec.msgpack.Decoder(m.Request)
 ack_decoder = msgspec.msgpack.Decoder(m.AckFrame)
 event_decoder = msgspec.msgpack.Decoder(m.AnyEvent)
 result_decoder = msgspec.msgpack.Decoder(m.Result)
+
+
+class BadFrame(Exception):
+    """A payload that did not decode: ``reason`` is invalid (well-formed, wrong shape), undecodable,
+    too_deep or too_large."""
+
+    def __init__(self, reason: str, error: str) -> None:
+        super().__init__(error)
+        self.reason = reason
+        self.error = error
+
+
+def decode(decoder: msgspec.msgpack.Decoder, payload: bytes):
+    """``decoder.decode(payload)``; any failure, whatever the bytes, is a BadFrame."""
+    try:
+        return decoder.decode(payload)
+    except msgspec.ValidationError as exc:
+        raise BadFrame("invalid", str(exc)[:_ERROR_SHOWN]) from None
+    except msgspec.DecodeError as exc:
+        raise BadFrame("undecodable", str(exc)[:_ERROR_SHOWN]) from None
+    except RecursionError:
+        raise BadFrame("too_deep", "nested deeper than the decoder's recursion limit") from None
+    except MemoryError:
+        raise BadFrame("too_large", "out of memory while decoding") from None
+    except Exception as exc:  # whatever else a decoder may raise, a frame is never fatal
+        raise BadFrame("undecodable", f"{type(exc).__name__}: {exc}"[:_ERROR_SHOWN]) from None
+
+
+class Drops:
+    """Frames one receiver dropped, counted per reason, logged for the first LOG_FIRST_DROPS of a
+    reason and then once in LOG_EVERY_DROPS, so a flood cannot flood the log too."""
+
+    def __init__(self, log=None, **bind: object) -> None:
+        self.counts: Counter[str] = Counter()
+        self._log = log if log is not None else get_logger(**bind)
+
+    def __call__(self, reason: str, **detail: object) -> int:
+        self.counts[reason] += 1
+        count = self.counts[reason]
+        if count <= LOG_FIRST_DROPS or count % LOG_EVERY_DROPS == 0:
+            self._log.warning("frame_dropped", reason=reason, count=count, **detail)
+        return count
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 def bus_key(session_secret: bytes) -> bytes:
@@ -158,6 +211,7 @@ class WriterClient:
     ) -> None:
         self.endpoint = endpoint
         self.stats = ClientStats()
+        self.drops = Drops(component="bus", receiver=name)
         self._signer = Signer(key)
         self._prefix = f"{name}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._ids = itertools.count(1)
@@ -251,11 +305,13 @@ class WriterClient:
             frames = await sock.recv_multipart()
             if len(frames) != 2 or not self._signer.verify(frames[0], frames[1]):
                 self.stats.dropped_frames += 1
+                self.drops("malformed" if len(frames) != 2 else "unauthenticated", parts=len(frames))
                 continue
             try:
-                frame = ack_decoder.decode(frames[1])
-            except msgspec.DecodeError:
+                frame = decode(ack_decoder, frames[1])
+            except BadFrame as exc:
                 self.stats.dropped_frames += 1
+                self.drops(exc.reason, error=exc.error, size=len(frames[1]))
                 continue
             for ack in frame.acks if isinstance(frame, m.Acks) else (frame,):
                 pending = self._pending.get(ack.id)
@@ -326,6 +382,7 @@ class EventSubscriber:
     ) -> None:
         self.endpoint = endpoint
         self.stats = SubscriberStats()
+        self.drops = Drops(component="bus", receiver="events")
         self._signer = Signer(key)
         self._topics = list(topics)
         self._beat_timeout_s = beat_timeout_s
@@ -387,17 +444,21 @@ class EventSubscriber:
     def _accept(self, frames: list[bytes]) -> m.AnyEvent | Resync | None:
         if len(frames) != 3 or not self._signer.verify(frames[1], frames[2], frames[0]):
             self.stats.dropped_frames += 1
+            self.drops("malformed" if len(frames) != 3 else "unauthenticated", parts=len(frames))
             return None
         try:
-            event = event_decoder.decode(frames[2])
-        except msgspec.DecodeError:
+            event = decode(event_decoder, frames[2])
+            topic = frames[0].decode()
+        except (BadFrame, UnicodeDecodeError) as exc:
             self.stats.dropped_frames += 1
+            reason, error = (exc.reason, exc.error) if isinstance(exc, BadFrame) else ("undecodable", "topic not UTF-8")
+            self.drops(reason, error=error, size=len(frames[2]))
             return None
         self._last_heard = time.monotonic()
         state = self._state
         if event.epoch != state.epoch:
             first = not state.epoch
-            self._state = _Sequence(event.epoch, self._baseline(event, frames[0].decode()))
+            self._state = _Sequence(event.epoch, self._baseline(event, topic))
             return self._resync("first contact with the writer" if first else "the writer restarted")
         if isinstance(event, m.WriterBeat):
             for topic in self._topics:
@@ -405,7 +466,6 @@ class EventSubscriber:
                     state.seqs.update({t: event.seqs.get(t, 0) for t in self._topics})
                     return self._resync(f"missed events on {topic}")
             return None
-        topic = frames[0].decode()
         expected = state.seqs.get(topic, 0) + 1
         state.seqs[topic] = event.seq
         self.stats.events += 1

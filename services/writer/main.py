@@ -12,7 +12,6 @@ import os
 import sys
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import apsw
@@ -32,7 +31,15 @@ APPROVAL_EXPIRY_EVERY_S = 1.0
 MAINTENANCE_ANSWERS_KEPT = 256
 _NOBLOCK = int(zmq.NOBLOCK)  # plain ints: pyzmq's flag enums cost microseconds per send
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
-LOG_EVERY_BAD = 100  # after the first 10 bad frames of a kind, log one in this many
+
+
+class _RequestId(msgspec.Struct):
+    """Only a request's id, to answer one that failed validation (the other fields are skipped)."""
+
+    id: m.Int
+
+
+_id_decoder = msgspec.msgpack.Decoder(_RequestId)
 
 
 class Writer:
@@ -44,7 +51,7 @@ class Writer:
         self.batch_max = svc.cfg.writer.batch_max
         self.epoch = uuid.uuid4().hex[:16]
         self.seqs: dict[str, int] = {}
-        self.bad = Counter()
+        self._drop = bus.Drops(svc.log)  # frames dropped, by reason: counted, logged sparsely
         self.schema_version = schema_store.version(conn)
         self.maint = Maintenance(conn, svc.paths.db_file, svc.cfg.writer.checkpoint_interval_s,
                                  svc.cfg.writer.wal_truncate_mb, svc.log)
@@ -72,12 +79,6 @@ class Writer:
 
     # ------------------------------------------------------------ receiving
 
-    def _drop(self, reason: str, **detail: object) -> None:
-        self.bad[reason] += 1
-        count = self.bad[reason]
-        if count <= 10 or count % LOG_EVERY_BAD == 0:
-            self.log.warning("frame_dropped", reason=reason, count=count, **detail)
-
     def _decode(self, frames: list[bytes]) -> tuple[bytes, m.Request] | None:
         if len(frames) != 3:
             self._drop("malformed", parts=len(frames))
@@ -87,23 +88,22 @@ class Writer:
             self._drop("unauthenticated", size=len(payload))
             return None
         try:
-            return ident, bus.request_decoder.decode(payload)
-        except msgspec.ValidationError as exc:
-            self._drop("invalid", error=str(exc))
-            self._refuse_invalid(ident, payload, str(exc))
-        except msgspec.DecodeError:
-            self._drop("undecodable", size=len(payload))
+            return ident, bus.decode(bus.request_decoder, payload)
+        except bus.BadFrame as exc:
+            self._drop(exc.reason, error=exc.error, size=len(payload))
+            if exc.reason == "invalid":
+                self._refuse_invalid(ident, payload, exc.error)
         return None
 
     def _refuse_invalid(self, ident: bytes, payload: bytes, error: str) -> None:
         """An authenticated request that fails validation gets an error ack when its id can be read,
-        so its sender fails at once instead of resending it until its deadline."""
+        so its sender fails at once instead of resending it until its deadline. Only the id is
+        decoded (the rest is skipped, not built), and whatever the bytes, this never raises."""
         try:
-            request_id = msgspec.msgpack.decode(payload).get("id")
-        except (msgspec.DecodeError, AttributeError):
+            request_id = bus.decode(_id_decoder, payload).id
+        except bus.BadFrame:
             return
-        if isinstance(request_id, int) and 0 <= request_id < 2**63:
-            self._send_ack(ident, m.Ack(id=request_id, ok=False, code="invalid", error=error))
+        self._send_ack(ident, m.Ack(id=request_id, ok=False, code="invalid", error=error))
 
     def _drain(self) -> list[tuple[bytes, m.Request]]:
         batch = []
@@ -333,7 +333,7 @@ class Writer:
         self.router.close(linger=bus.LINGER_MS)
         self.pub.close(linger=bus.LINGER_MS)
         self.conn.close()
-        self.log.info("stopped", dropped_frames=dict(self.bad))
+        self.log.info("stopped", dropped_frames=dict(self._drop.counts))
 
 
 def _hints(events: list[ops.Pending]) -> list[ops.Pending]:
