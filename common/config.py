@@ -163,6 +163,28 @@ class Gateways(_Section, kw_only=True):
         return [*self.telegram, *self.slack, *self.whatsapp]
 
 
+class Shell(_Section, kw_only=True):
+    """Limits of every confined command (shell, background jobs, MCP stdio servers), as rlimits."""
+
+    cpu_s: Annotated[int, Meta(ge=1)] = 600
+    job_cpu_s: Annotated[int, Meta(ge=1)] = 6 * 3600
+    memory_mb: Annotated[int, Meta(ge=64)] = 4096
+    file_mb: Annotated[int, Meta(ge=1)] = 1024
+    open_files: Annotated[int, Meta(ge=16)] = 1024
+    processes: Annotated[int, Meta(ge=8)] = 512
+    read_paths: list[str] = field(default_factory=list)  # more folders commands may read (absolute)
+
+    def __post_init__(self) -> None:
+        for path in self.read_paths:
+            if not path.startswith("/"):
+                raise _FieldError("read_paths", f"expected absolute paths, got {path!r}")
+
+
+class Tools(_Section, kw_only=True):
+    sandbox: Literal["auto", "none"] = "auto"
+    shell: Shell = field(default_factory=Shell)
+
+
 class Scheduler(_Section, kw_only=True):
     poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
     max_consecutive_failures: Annotated[int, Meta(ge=0, le=1000)] = 3  # then the job is disabled; 0: never
@@ -229,6 +251,7 @@ class Config(_Section, kw_only=True):
     conversation: Conversation = field(default_factory=Conversation)
     providers: dict[Ident, Provider] = field(default_factory=_default_providers)
     gateways: Gateways = field(default_factory=Gateways)
+    tools: Tools = field(default_factory=Tools)
     scheduler: Scheduler = field(default_factory=Scheduler)
     retention: Retention = field(default_factory=Retention)
     session_memory: SessionMemory = field(default_factory=SessionMemory)

@@ -155,6 +155,7 @@ class TurnWork:
             mode = persona.settings.approval.mode
             if mode == "auto" or self._granted(persona, call):
                 ctx.approved = True
+                ctx.auto_approved = mode == "auto"  # a person's grant lifts network confinement, auto never does
                 result = await registry.execute(ctx, call.name, call.arguments, persona.settings.tools)
             elif mode == "deny":
                 result = ToolResult(f"Refused: {result.approval_reason} needs approval, and this agent's approval"

@@ -29,7 +29,8 @@ class ToolContext:
     call: WriterCall  # writes go through the writer, like every other process's
     reader: Callable[[], Any]  # returns a read-only apsw connection (use common.db.read_tx around reads)
     log: Any  # structlog logger bound with session_id and turn_id
-    approved: bool = False  # the person approved this very call (/approve): run it despite its class
+    approved: bool = False  # the call may run despite its class: the person approved it, a grant, or mode auto
+    auto_approved: bool = False  # ... and it was mode auto, not a person: never a reason to lift confinement
     worker: str = ""  # the runner holding this turn's lease (writes that need the lease carry it)
 
 

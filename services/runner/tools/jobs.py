@@ -1,7 +1,8 @@
 """Background jobs: job_start runs a command on its own with its output in data/jobs/, job_status reads it back.
 
-A job is classed like a shell command (shell.gate), started in its own session with the same clean
-environment and cwd, its stdout and stderr going to data/jobs/<YYYYmmdd-HHMMSS>-<slug>.log (0600).
+A job is classed like a shell command (shell.gate) and confined like one (shell.spawn_confined, with the
+job CPU budget of ``[tools.shell] job_cpu_s``), started in its own session with the same clean environment
+and cwd, its stdout and stderr going to data/jobs/<YYYYmmdd-HHMMSS>-<slug>.log (0600), opened by the runner.
 It is recorded through the writer (JobStarted → the job id); a watcher task in this runner process sends
 JobEnded when it exits (done: exit 0, failed: other codes, killed: a signal). If the runner stops first,
 the job keeps running and its row stays 'running' until the sweeper reconciles it (a later issue);
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import resource
 import secrets
 import signal
 import time
@@ -26,9 +26,8 @@ from common.home import DIR_MODE, FILE_MODE
 from common.stores import job_store
 from schema import messages as m
 from services.runner.llm import ToolSpec
-from services.runner.tools import confine
 from services.runner.tools.base import Tool, ToolContext, ToolError, ToolResult
-from services.runner.tools.shell import _bash, command_env, gate
+from services.runner.tools.shell import gate, spawn_confined
 
 TAIL_BYTES = 4096
 _watchers: set[asyncio.Task] = set()  # strong references: a watcher must not be collected mid-wait
@@ -61,29 +60,17 @@ async def _watch(ctx: ToolContext, proc: asyncio.subprocess.Process, job_id: int
         ctx.log.warning("job_end_not_recorded", job_id=job_id, error=str(e))
 
 
-JOB_MAX_FILE_BYTES = 256 * 1024 * 1024  # a job cannot fill the disk that holds the database
-JOB_MAX_CPU_S = 6 * 3600
-
-
-def _limits() -> None:
-    """In the job's process, before it runs: bounded file size (its log included) and CPU time."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (JOB_MAX_FILE_BYTES, JOB_MAX_FILE_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (JOB_MAX_CPU_S, JOB_MAX_CPU_S))
-
-
 async def job_start(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     command = args["command"]
     if not command.strip():
         return ToolResult("the command is empty", outcome="error")
-    stop = gate(ctx, command, "start the background job")
+    network = bool(args.get("network", False))
+    stop = gate(ctx, command, "start the background job", network=network)
     if stop is not None:
         return stop
-    home = confine.private_dir(ctx)
     log_path, fd = _open_log(ctx, command)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            _bash(), "-c", command, cwd=home, env=command_env(ctx, home), stdin=asyncio.subprocess.DEVNULL,
-            stdout=fd, stderr=fd, start_new_session=True, preexec_fn=_limits)
+    try:  # the log is opened here and handed over: the job itself cannot reach data/jobs/
+        proc = await spawn_confined(ctx, command, network=network, job=True, stdout=fd, stderr=fd)
     finally:
         os.close(fd)
     try:
@@ -153,9 +140,12 @@ async def job_status(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 TOOLS = [
     Tool(ToolSpec(
         "job_start",
-        "Start a command in the background (same rules and approvals as shell, same private workspace). You"
+        "Start a command in the background (same rules, approvals and sandbox as shell, same private workspace)."
+        " You"
         " get a job id and the path of its log; use job_status to follow it.",
-        {"type": "object", "properties": {"command": {"type": "string"}},
+        {"type": "object", "properties": {
+            "command": {"type": "string"},
+            "network": {"type": "boolean", "description": "the job needs the network (asks the person)"}},
          "required": ["command"], "additionalProperties": False}),
         "jobs", job_start),
     Tool(ToolSpec(
