@@ -8,7 +8,9 @@ HMAC-SHA256 over ``topic + b"\\0" + payload`` (topic empty for requests and acks
 derived from the session secret, so only Starling's own processes are heard. A frame that fails
 the MAC or does not decode is counted, logged and dropped by whoever receives it: ``decode``
 turns every failure a payload can cause (bad msgpack, a wrong shape, nesting too deep for the
-decoder's recursion limit, memory) into a BadFrame, and ``Drops`` counts and logs them.
+decoder's recursion limit, memory) into a BadFrame, and ``Drops`` counts and logs them. No frame
+larger than MAX_FRAME_BYTES is read off any socket (ZMQ_MAXMSGSIZE: libzmq drops the connection
+at the frame's header, before allocating it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ MAC_BYTES = 16
 _NOBLOCK = int(zmq.NOBLOCK)  # plain ints: pyzmq's flag enums cost microseconds per send
 LINGER_MS = 500
 IPC_PATH_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+# The largest frame any socket reads. Attachments travel as file paths, tool results over 16 KB go
+# to files, and a model's answer is capped at 16 MB by the providers (MAX_RESPONSE_BYTES); a turn
+# holding one (its tool calls' arguments JSON-escaped into meta) stays well under 32 MB.
+MAX_FRAME_BYTES = 32 * 1024 * 1024
 LOG_FIRST_DROPS = 10  # per reason, then one line in LOG_EVERY_DROPS
 LOG_EVERY_DROPS = 100
 _ERROR_SHOWN = 300  # characters of a decode error kept (a deep path can make it long)
@@ -158,8 +164,14 @@ def check_endpoint(key: str, value: str) -> None:
     )
 
 
+def limit(sock: zmq.Socket) -> None:
+    """The frame-size bound every Starling socket gets, whatever its type."""
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+
+
 def tune(sock: zmq.Socket, heartbeat_ms: int = 1000) -> None:
-    """Options every Starling socket gets: bounded linger, ZMTP heartbeats."""
+    """Options every Starling request/ack socket gets: bounded frames, bounded linger, ZMTP heartbeats."""
+    limit(sock)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, heartbeat_ms * 3)
@@ -265,6 +277,9 @@ class WriterClient:
         async with self._window:
             request_id = next(self._ids)
             payload = encode(m.Request(id=request_id, key=key or f"{self._prefix}:{request_id}", op=op))
+            if len(payload) > MAX_FRAME_BYTES:  # the writer would cut the connection; fail now, not at the deadline
+                raise WriteRejected("too_large", f"{type(op).__name__} is {len(payload)} bytes encoded;"
+                                    f" the bus carries at most {MAX_FRAME_BYTES}")
             frames = [self._signer.mac(payload), payload]
             now = time.monotonic()
             future = asyncio.get_running_loop().create_future()
@@ -395,6 +410,7 @@ class EventSubscriber:
         sock = self._ctx.socket(zmq.SUB)
         # no ZMTP heartbeats here: libzmq 4.3 can abort when a slow subscriber's heartbeat times out
         # (zeromq/libzmq#3937); the writer's beat on the event topic tells liveness instead
+        limit(sock)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 100_000)
         for topic in [*self._topics, m.TOPIC_BEAT]:

@@ -60,7 +60,8 @@ class BusTimeout(StarlingError):
 
 
 class WriteRejected(StarlingError):
-    """The writer refused a request; ``code`` is invalid | not_found | lease_lost | conflict | internal."""
+    """The writer refused a request; ``code`` is invalid | not_found | lease_lost | conflict | internal
+    | too_large (over the bus's frame limit)."""
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code

@@ -599,7 +599,7 @@ class Ack(Msg):
     id: Int
     ok: bool
     result: Result | None = None
-    code: str = ""  # on failure: invalid | not_found | lease_lost | conflict | internal
+    code: str = ""  # on failure: invalid | not_found | lease_lost | conflict | internal | too_large
     error: str = ""
 
 

@@ -17,6 +17,7 @@ import zmq.asyncio
 from common import bus
 from common.errors import WriteRejected
 from schema import messages as m
+from services.writer.main import Writer
 from tests.procs import make_home, remove_home, start_writer, wait_until
 
 DEPTH = 100_000  # far past msgspec's recursion limit (it follows Python's, 1000 by default)
@@ -205,3 +206,84 @@ def test_an_event_subscriber_drops_hostile_events_and_takes_the_next_one():
     assert bus.Resync("first contact with the writer") == outcome
     assert len(HOSTILE) + 1 == sub.stats.dropped_frames
     assert {"too_deep", "invalid", "undecodable"} <= set(sub.drops.counts), sub.drops.counts
+
+
+# ---------------------------------------------------------------- frames over the size limit
+
+
+def _peak_rss_kb(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/PID/status")
+
+
+def test_a_frame_over_the_limit_is_refused_unread_and_the_writer_keeps_serving(writer):
+    home, proc = writer
+    _ping_and_write(home, "before-big")
+    before = _peak_rss_kb(proc.pid)
+    huge = b"\0" * (3 * bus.MAX_FRAME_BYTES)  # 96 MB: a writer that read it would peak far above `before`
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    sock.connect(home.endpoints.writer)
+    try:
+        sock.send_multipart([bus.mac(home.key, huge), huge])
+        # the writer cuts the connection at the frame's header: that is the refusal
+        assert monitor.poll(10_000, zmq.POLLIN), "the writer did not cut the connection"
+    finally:
+        sock.disable_monitor()
+        monitor.close()
+        sock.close()
+    del huge
+    accepted = _ping_and_write(home, "after-big")
+    assert proc.alive() and not accepted.duplicate
+    grown_mb = (_peak_rss_kb(proc.pid) - before) / 1024
+    assert grown_mb < 16, f"the writer's peak RSS grew by {grown_mb:.0f} MB"
+
+
+def test_a_request_over_the_limit_fails_at_once_in_the_client(writer):
+    home, _proc = writer
+    op = m.Inbound(agent="default", instance="test", chat="too-big", sender="u1", dedupe_keys=["too-big:1"],
+                   text="x" * (bus.MAX_FRAME_BYTES + 1))
+
+    async def go():
+        async with home.client("big", timeout_s=0.3, deadline_s=30) as c:
+            started = time.monotonic()
+            with pytest.raises(WriteRejected) as caught:
+                await c.call(op)
+            return caught.value.code, time.monotonic() - started
+
+    code, took = asyncio.run(go())
+    assert "too_large" == code and took < 1
+
+
+class _AckSink:
+    """What Writer._send_bundle needs of a writer: where frames go and where drops are counted."""
+
+    _send_bundle = Writer._send_bundle
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self._drop = bus.Drops()
+
+    def _send_raw(self, _ident: bytes, payload: bytes) -> None:
+        self.frames.append(payload)
+
+
+def test_acks_are_bundled_in_frames_under_the_limit_and_an_answer_too_large_becomes_an_error(monkeypatch):
+    monkeypatch.setattr(bus, "MAX_FRAME_BYTES", 4096)
+    claim = m.TurnClaim(turn_id=1, session_id=1, agent="a", instance="i", chat="c", sender="s", text="t" * 1000,
+                        attempt=1, lease_until=0.0)
+    bundle = [m.Ack(id=i, ok=True, result=claim) for i in range(1, 21)]
+    bundle.append(m.Ack(id=99, ok=True, result=msgspec.structs.replace(claim, text="t" * 10_000)))
+    sink = _AckSink()
+    sink._send_bundle(b"client", bundle)
+    acks = []
+    for frame in sink.frames:
+        assert len(frame) <= 4096
+        decoded = bus.decode(bus.ack_decoder, frame)
+        acks.extend(decoded.acks if isinstance(decoded, m.Acks) else [decoded])
+    assert list(range(1, 21)) + [99] == [a.id for a in acks]
+    assert (False, "too_large") == (acks[-1].ok, acks[-1].code)
+    assert 1 == sink._drop.counts["ack_too_large"]

@@ -67,6 +67,7 @@ class Writer:
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         bus.tune(self.router, svc.cfg.bus.heartbeat_ivl_ms)
         self.pub = ctx.socket(zmq.PUB)
+        bus.limit(self.pub)
         self.pub.setsockopt(zmq.LINGER, bus.LINGER_MS)  # no ZMTP heartbeats on PUB/SUB: see EventSubscriber
         self.pub.setsockopt(zmq.SNDHWM, 100_000)
         for sock, endpoint in ((self.router, svc.endpoints.writer), (self.pub, svc.endpoints.events)):
@@ -121,7 +122,7 @@ class Writer:
 
     def _send_ack(self, ident: bytes, ack: m.Ack) -> None:
         if ident:  # the writer's own requests (its heartbeat) have no one to ack
-            self._send_raw(ident, bus.encode(ack))
+            self._send_bundle(ident, [ack])
 
     def _send_acks(self, acks: list[tuple[bytes, m.Ack]]) -> None:
         """One frame per client per group commit: far fewer sends and wake-ups than one per ack."""
@@ -130,7 +131,22 @@ class Writer:
             if ident:
                 by_client.setdefault(ident, []).append(ack)
         for ident, bundle in by_client.items():
-            self._send_raw(ident, bus.encode(bundle[0] if len(bundle) == 1 else m.Acks(acks=bundle)))
+            self._send_bundle(ident, bundle)
+
+    def _send_bundle(self, ident: bytes, bundle: list[m.Ack]) -> None:
+        """Acks in frames the client can read: a bundle over the bus's frame limit is halved; one ack
+        alone over it (a result too large to carry) becomes an error ack that says so."""
+        payload = bus.encode(bundle[0] if len(bundle) == 1 else m.Acks(acks=bundle))
+        if len(payload) <= bus.MAX_FRAME_BYTES:
+            self._send_raw(ident, payload)
+        elif len(bundle) > 1:
+            half = len(bundle) // 2
+            self._send_bundle(ident, bundle[:half])
+            self._send_bundle(ident, bundle[half:])
+        else:
+            self._drop("ack_too_large", size=len(payload))
+            error = f"the answer is {len(payload)} bytes, over the bus's {bus.MAX_FRAME_BYTES}"
+            self._send_raw(ident, bus.encode(m.Ack(id=bundle[0].id, ok=False, code="too_large", error=error)))
 
     def _send_raw(self, ident: bytes, payload: bytes) -> None:
         router = self.router
