@@ -34,9 +34,11 @@ A step is a JSON object; every key is optional, and {} is the echo answer:
   "message": "...", "code": "..." with "status": the error's message and (OpenAI) code / (Anthropic) type
   "malformed": "not_json" | "wrong_shape"   a 200 whose body is not JSON / JSON of the wrong shape
 
-Requests are checked like the real APIs check them (alternating roles, tool results answering tool calls,
-max_tokens, anthropic-version...): a violation is answered 400 in the API's error shape and recorded with
-"invalid": reason. Auth header values are recorded as fingerprints (`fingerprint(value)`), never in clear.
+Requests are checked as the real APIs check them (tests/model_api_rules.py: tool results answering tool
+calls once, roles, content, names, max_tokens, the auth and version headers...): a request the real API
+would refuse is answered with its real status and error body, and recorded with "invalid": the message.
+`keyless=True` (`--keyless`) stands for a local server that needs no key: no auth header is required.
+Auth header values are recorded as fingerprints (`fingerprint(value)`), never in clear.
 Everything is bounded: script and record lengths, body size, delays end on stop.
 """
 
@@ -56,6 +58,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fake_server import FakeServerProcess, listen, serve_until_stopped
+from tests.model_api_rules import Refusal, anthropic_refusal, openai_refusal
 
 Step = dict[str, Any]
 
@@ -102,77 +105,6 @@ def _calls(step: Step) -> list[dict[str, Any]]:
     return ([step["tool_call"]] if "tool_call" in step else []) + list(step.get("tool_calls") or [])
 
 
-# --- the APIs' own request checks (the subset that catches a provider's mistakes) ---------------------------
-
-
-def _openai_problem(body: Any) -> str:
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        return "model: required string"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages: required non-empty list"
-    called: set[str] = set()
-    for i, m in enumerate(messages):
-        role = m.get("role") if isinstance(m, dict) else None
-        if role not in ("system", "user", "assistant", "tool", "developer"):
-            return f"messages[{i}].role: invalid {role!r}"
-        if role == "assistant":
-            for c in m.get("tool_calls") or []:
-                fn = c.get("function") or {}
-                if c.get("type") != "function" or not c.get("id") or not isinstance(fn.get("arguments"), str):
-                    return f"messages[{i}].tool_calls: each needs id, type function, arguments string"
-                called.add(c["id"])
-        if role == "tool" and m.get("tool_call_id") not in called:
-            return f"messages[{i}]: tool message answers no earlier tool call"
-        if role != "assistant" and not isinstance(m.get("content"), (str, list)):
-            return f"messages[{i}].content: required"
-    for j, t in enumerate(body.get("tools") or []):
-        fn = t.get("function") if isinstance(t, dict) else None
-        if t.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
-            return f"tools[{j}]: expected {{type: function, function: {{name, description, parameters}}}}"
-    if "tools" in body and not body["tools"]:
-        return "tools: empty array (omit it instead)"
-    return ""
-
-
-def _anthropic_problem(body: Any, headers: dict[str, str]) -> str:
-    if not headers.get("anthropic-version"):
-        return "anthropic-version: header required"
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        return "model: required string"
-    if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
-        return "max_tokens: required positive integer"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages: required non-empty list"
-    pending: set[str] = set()
-    for i, m in enumerate(messages):
-        role = m.get("role") if isinstance(m, dict) else None
-        if role != ("user" if i % 2 == 0 else "assistant"):
-            return f"messages[{i}]: roles must alternate, starting with user"
-        content = m.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if not isinstance(blocks, list) or not blocks:
-            return f"messages[{i}].content: required non-empty"
-        types = [b.get("type") for b in blocks]
-        if any(b.get("type") == "text" and not b.get("text") for b in blocks):
-            return f"messages[{i}]: text content blocks must be non-empty"
-        if pending:
-            results = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
-            if role != "user" or not pending <= results:
-                return f"messages[{i}]: tool_use ids {sorted(pending - results)} have no tool_result right after"
-            first_other = next((k for k, t in enumerate(types) if t != "tool_result"), len(types))
-            if "tool_result" in types[first_other:]:
-                return f"messages[{i}]: tool_result blocks must come first"
-        pending = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if role == "assistant" else set()
-        if role == "user" and "tool_use" in types or role == "assistant" and "tool_result" in types:
-            return f"messages[{i}]: block type not allowed for role {role}"
-    for j, t in enumerate(body.get("tools") or []):
-        if not isinstance(t, dict) or not t.get("name") or not isinstance(t.get("input_schema"), dict):
-            return f"tools.{j}: expected {{name, description, input_schema}}"
-    return ""
-
-
 def _last_user_text(api: str, body: Any) -> str:
     messages = body.get("messages") if isinstance(body, dict) else None
     for m in reversed(messages or []):
@@ -196,10 +128,12 @@ def _last_user_text(api: str, body: Any) -> str:
 class FakeModels:
     """The fake servers in the current event loop; `async with` starts and stops them."""
 
-    def __init__(self, script: list[Step] = (), *, host: str = "127.0.0.1", port: int = 0, strict: bool = True) -> None:
+    def __init__(self, script: list[Step] = (), *, host: str = "127.0.0.1", port: int = 0, strict: bool = True,
+                 keyless: bool = False) -> None:
         self.host = host
         self.port = port
         self.strict = strict
+        self.keyless = keyless
         self._script: deque[Step] = deque()
         self._recorded: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._ids = count(1)
@@ -288,18 +222,20 @@ class FakeModels:
         try:
             body: Any = json.loads(raw)
         except ValueError:
-            body = {"_raw": raw[:10000].decode("utf-8", "replace")}
-        headers = {
-            k.lower(): (fingerprint(v) if k.lower() in AUTH_HEADERS else v) for k, v in request.headers.items()
-        }
-        record: dict[str, Any] = {"api": api, "path": request.path, "headers": headers, "body": body, "ts": time.time()}
+            body = None
+        sent = {k.lower(): v for k, v in request.headers.items()}
+        headers = {k: (fingerprint(v) if k in AUTH_HEADERS else v) for k, v in sent.items()}
+        shown = body if body is not None else {"_raw": raw[:10000].decode("utf-8", "replace")}
+        record: dict[str, Any] = {"api": api, "path": request.path, "headers": headers, "body": shown, "ts": time.time()}
         self._recorded.append(record)
-        problem = ""
+        refusal = None
         if self.strict:
-            problem = _openai_problem(body) if api == "openai" else _anthropic_problem(body, headers)
-        if problem:
-            record["invalid"] = problem
-            return _error(api, 400, problem)
+            check = openai_refusal if api == "openai" else anthropic_refusal
+            refusal = check(body, sent, keyless=self.keyless)
+        if refusal is not None:
+            record["invalid"] = refusal.message
+            return _refused(api, refusal)
+        body = shown
         step = self._take(api)
         record["step"] = step
         step = step or {}
@@ -373,6 +309,19 @@ def _error(
     return web.json_response(payload, status=status, headers=headers)
 
 
+def _refused(api: str, refusal: Refusal) -> web.Response:
+    """A refused request, in the real API's error body."""
+    if api == "openai":
+        error = {"message": refusal.message, "type": refusal.type, "param": refusal.param, "code": refusal.code}
+        return web.json_response({"error": error}, status=refusal.status)
+    payload = {"type": "error", "error": {"type": refusal.type, "message": refusal.message},
+               "request_id": f"req_fake{next(_request_ids):08d}"}
+    return web.json_response(payload, status=refusal.status)
+
+
+_request_ids = count(1)
+
+
 def _openai_reply(
     n: int, model: str, text: str | None, calls: list[dict[str, Any]], n_in: int, n_out: int, stop: str | None
 ) -> dict[str, Any]:
@@ -436,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: any free port")
     p.add_argument("--lifetime", type=float, default=900.0, help="stop after this many seconds (default 900)")
+    p.add_argument("--keyless", action="store_true", help="require no auth header (a local server)")
     args = p.parse_args(argv)
     script = json.loads(args.script.read_text()) if args.script else []
     if not isinstance(script, list):
@@ -445,8 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             check_step(step)
     except ValueError as e:
         p.error(f"--script: {e}")
-    asyncio.run(serve_until_stopped(FakeModels(script, host=args.host, port=args.port), args.port_file,
-                                    args.lifetime, "fake_models"))
+    fake = FakeModels(script, host=args.host, port=args.port, keyless=args.keyless)
+    asyncio.run(serve_until_stopped(fake, args.port_file, args.lifetime, "fake_models"))
     return 0
 
 
@@ -455,9 +405,11 @@ class FakeModelsProcess(FakeServerProcess):
 
     name = "fake_models"
 
-    def __init__(self, workdir: Path, script: list[Step] = (), *, lifetime: float = 600.0) -> None:
+    def __init__(self, workdir: Path, script: list[Step] = (), *, lifetime: float = 600.0,
+                 keyless: bool = False) -> None:
         super().__init__(workdir, lifetime=lifetime)
         self.script = list(script)
+        self.keyless = keyless
 
     @property
     def openai_url(self) -> str:
@@ -468,11 +420,12 @@ class FakeModelsProcess(FakeServerProcess):
         return self.url
 
     def extra_args(self) -> list[str]:
+        args = ["--keyless"] if self.keyless else []
         if not self.script:
-            return []
+            return args
         script_file = self.workdir / "fake_models.script.json"
         script_file.write_text(json.dumps(self.script))
-        return ["--script", str(script_file)]
+        return [*args, "--script", str(script_file)]
 
     def requests(self, api: str | None = None) -> list[dict[str, Any]]:
         return self._call("GET", "/_requests", query={"api": api})

@@ -409,7 +409,7 @@ def test_local_server_without_a_key_gets_no_auth_header(
         monkeypatch.delenv(var, raising=False)
 
     async def go() -> tuple[ModelReply, list[dict]]:
-        async with FakeModels() as fake:
+        async with FakeModels(keyless=True) as fake:  # a local server: Ollama, llama.cpp, vLLM
             return await call(provider(kind, base_url(fake, kind), tmp_path / "secrets.json")), fake.requests
 
     reply, [req] = run(go())
@@ -422,7 +422,7 @@ def test_secret_value_none_sends_no_auth_header(tmp_path: Path) -> None:
     set_secret(path, SECRET, "none")
 
     async def go() -> list[dict]:
-        async with FakeModels() as fake:
+        async with FakeModels(keyless=True) as fake:
             await call(provider("openai", fake.openai_url, path))
             return fake.requests
 
