@@ -524,6 +524,19 @@ outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed
 # template = ""                # an approved template for replies outside the 24-hour window; "" = fail them
 # template_language = "en_US"
 
+[tools]
+sandbox = "auto"               # auto: shell, jobs and MCP stdio servers confined by the kernel (Landlock, namespaces);
+                               # off where that is impossible. "none": run them unconfined (warned at every start)
+
+[tools.shell]                  # limits of each confined command (rlimits)
+cpu_s = 600                    # CPU seconds of a shell command
+job_cpu_s = 21600              # CPU seconds of a background job
+memory_mb = 4096               # address space
+file_mb = 1024                 # largest file a command may write
+open_files = 1024
+processes = 512                # inside the sandbox's user namespace (Linux never caps root's)
+read_paths = []                # more absolute folders commands may read (the system folders always are)
+
 [scheduler]
 poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups
 max_consecutive_failures = 3   # a cron job that fails this often in a row is disabled, with an alert; 0: never

@@ -1,4 +1,4 @@
-"""`starling doctor`: checks of config, secrets, file modes, database, disk and supervisord, each ok/warn/fail."""
+"""`starling doctor`: checks of config, secrets, file modes, database, disk, the sandbox and supervisord, each ok/warn/fail."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import apsw
 
-from common import db, health
+from common import db, health, sandbox
 from common.cli import output
 from common.config import Config, load_config, referenced_secrets
 from common.errors import ConfigError, SchemaTooNew, StarlingError
@@ -161,6 +161,18 @@ def check_disk(cfg: Config, paths: Paths) -> list[Check]:
     return checks
 
 
+def check_sandbox(cfg: Config) -> Check:
+    """What confines the agent's commands on this host (probed for real, as the runner does)."""
+    found = sandbox.probe(cfg.tools.sandbox)
+    if found.mode == sandbox.NO_SANDBOX:
+        return Check("sandbox", WARN, "[tools] sandbox = \"none\": shell commands and jobs run unconfined,"
+                                      " as the runner's user")
+    if not found.confined:
+        return Check("sandbox", WARN, found.off_reason())
+    missing = f" (not available: {found.reason})" if found.reason else ""
+    return Check("sandbox", OK, ", ".join(found.layers()) + missing)
+
+
 def check_supervisor(paths: Paths) -> Check:
     if Supervisor(paths).reachable():
         return Check("services", OK, "supervisord is running")
@@ -179,6 +191,7 @@ def run_checks(home: Path) -> list[Check]:
     checks += check_modes(paths)
     checks += check_database(cfg, paths)
     checks += check_disk(cfg, paths)
+    checks.append(check_sandbox(cfg))
     checks.append(check_supervisor(paths))
     return checks
 

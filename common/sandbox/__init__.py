@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from services.runner.sandbox import landlock, namespaces
+from common.sandbox import landlock, namespaces
 
 SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 INFO_READ = ("/proc", "/sys")  # /proc/<pid> of Starling's processes stays closed: Landlock denies ptrace access

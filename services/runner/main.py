@@ -14,7 +14,7 @@ import sys
 
 import structlog
 
-from common import bus, db
+from common import bus, db, sandbox
 from common.errors import StarlingError, WriteRejected
 from common.runtime import Runtime
 from common.service import boot
@@ -72,9 +72,21 @@ class Runner:
     def context_window(self, persona: Persona) -> int:
         return self.cfg.providers[persona.settings.provider].context_window
 
+    def _log_sandbox(self) -> None:
+        """Name the confinement layers in force at every start (and warn loudly when there are none)."""
+        found = sandbox.probe(self.cfg.tools.sandbox)
+        if found.mode == sandbox.NO_SANDBOX:
+            self.log.warning("sandbox_off", layers=found.layers(),
+                             reason="[tools] sandbox = \"none\": shell commands and jobs run unconfined")
+        elif found.confined:
+            self.log.info("sandbox", layers=found.layers(), **({"missing": found.reason} if found.reason else {}))
+        else:
+            self.log.warning("sandbox_unavailable", reason=found.off_reason())
+
     # ------------------------------------------------------------ the loop
 
     async def run(self) -> None:
+        self._log_sandbox()
         self.reader = await asyncio.to_thread(db.wait_for_schema, self.paths.db_file, 60.0,
                                                 stop=self.svc.stopping)
         events = bus.EventSubscriber(self.svc.endpoints.events, self.svc.key, [m.TOPIC_TURN])

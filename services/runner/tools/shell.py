@@ -22,7 +22,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from services.runner import sandbox
+from common import sandbox
 from services.runner.llm import ToolSpec
 from services.runner.tools import confine
 from services.runner.tools.base import Refused, Tool, ToolContext, ToolResult
