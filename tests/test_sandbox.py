@@ -371,3 +371,17 @@ def test_policy_carves_a_home_out_of_a_system_folder(tmp_path):
     rules = sandbox.carve(str(root), (str(root / "starling" / "home"),))
     assert sorted(rules) == sorted([str(root / "other"), str(root / "starling" / "readme")])
     assert Config().tools.sandbox == "auto"
+
+
+def test_a_setsid_child_is_killed_with_the_command(ctx):
+    if not sandbox.probe().namespaces:
+        pytest.skip("without a user namespace a setsid child leaves the group (README: residual risks)")
+    pidfile = ctx.paths.private_workspace("alice") / "escaped"
+    result = run(ctx, f"setsid sleep 60 > /dev/null 2>&1 < /dev/null & echo $! > {pidfile}; echo started; sleep 0.3")
+    assert "started" in result.content
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 3
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else "gone"
+    assert state in ("gone", "Z"), state

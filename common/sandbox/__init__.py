@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -293,6 +294,34 @@ def _probe_linux(mode: str) -> Sandbox:
         except (OSError, subprocess.SubprocessError) as e:
             problems.append(f"{'user namespaces' if use_ns else 'landlock'} unavailable: {e}")
     return Sandbox(mode, reason="; ".join(problems))
+
+
+def namespace_of(pid: int) -> str:
+    """The user namespace a confined process runs in ("" when unknown): every process it starts shares it."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/user")
+    except OSError:
+        return ""
+
+
+def kill_namespace(ns: str, *, rounds: int = 5) -> int:
+    """SIGKILL every process in user namespace ``ns`` (what a ``setsid`` took out of the process group too)."""
+    if not ns or ns == namespace_of(os.getpid()):
+        return 0  # never our own namespace: an unconfined command shares the runner's
+    killed = 0
+    for _ in range(rounds):
+        found = 0
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and namespace_of(int(entry)) == ns:
+                found += 1
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        killed += found
+        if not found:
+            break
+    return killed
 
 
 def private_tmp(folder: Path) -> Path:

@@ -160,6 +160,7 @@ async def run_command(ctx: ToolContext, command: str, timeout_s: float, *,
         raise
     finally:
         os.close(wfd)
+    namespace = sandbox.namespace_of(proc.pid)  # set before exec: what it starts, setsid or not, shares it
     loop = asyncio.get_running_loop()
     stream = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream),
@@ -184,6 +185,7 @@ async def run_command(ctx: ToolContext, command: str, timeout_s: float, *,
             total = len(keep)  # a process in a session of its own still holds the pipe: stop reading
     finally:
         _kill_group(proc.pid)
+        await asyncio.to_thread(sandbox.kill_namespace, namespace)
         reader.cancel()
         transport.close()
     return code, bytes(keep), total
