@@ -1,5 +1,14 @@
 """The HTTP servers gateways listen on for platform webhooks: one aiohttp server per listen address,
-shared by every instance configured on it, with a cap on request bodies."""
+shared by every instance configured on it, and the limits that keep a stranger from wearing it down.
+
+- Headers: a connection whose request headers are not complete within HEADER_TIMEOUT_S is cut
+  (HeaderDeadline for a connection's first request; aiohttp's keep-alive timer, set to the same,
+  for the idle time before each later one), so a slowloris holds a socket for seconds, not forever.
+- Bodies: ``read_body`` refuses a declared length over MAX_BODY before reading (413), gives a body
+  BODY_TIMEOUT_S to arrive (408), and lets at most MAX_UNVERIFIED bodies be read at once before
+  their signature is checked: one more is answered 503 at once and its connection closed, so
+  unsigned floods cannot grow the process (60 concurrent 4 MB posts took one from 55 to 346 MB).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +20,80 @@ from aiohttp import web
 from common.errors import BusTimeout, StarlingError, WriteRejected
 
 MAX_BODY = 4 * 1024 * 1024  # platform events are small; a larger body is refused before it is read
+MAX_UNVERIFIED = 4  # bodies read at once before their signature is checked, per process
+HEADER_TIMEOUT_S = 10.0  # platforms send their headers at once; a trickle is cut
+BODY_TIMEOUT_S = 10.0  # a body that has not arrived by then is not a platform's
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+class HeaderDeadline(asyncio.Protocol):
+    """Wraps aiohttp's protocol for one connection and aborts it when the first request's headers
+    are not complete within ``timeout_s`` (aiohttp itself has no header read timeout)."""
+
+    def __init__(self, inner: asyncio.Protocol, timeout_s: float, on_cut: Callable[[], None]) -> None:
+        self._inner = inner
+        self._timeout_s = timeout_s
+        self._on_cut = on_cut
+        self._timer: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+        self._tail = b""  # the last bytes seen, to find the blank line across reads
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._cut)
+        self._inner.connection_made(transport)
+
+    def _cut(self) -> None:
+        self._timer = None
+        if self._transport is not None and not self._transport.is_closing():
+            self._on_cut()
+            self._transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self._timer is not None:
+            seen = self._tail + data
+            if b"\n\r\n" in seen or b"\n\n" in seen:  # the blank line that ends the headers
+                self._timer.cancel()
+                self._timer = None
+            else:
+                self._tail = seen[-3:]
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+def _refusal(cls: type[web.HTTPException], **kw) -> web.HTTPException:
+    """An HTTP error that also closes the connection (the rest of its body is not worth draining)."""
+    exc = cls(**kw)
+    exc.force_close()
+    return exc
+
+
 class WebhookServers:
-    def __init__(self, log) -> None:
+    def __init__(self, log, *, header_timeout_s: float = HEADER_TIMEOUT_S, max_unverified: int = MAX_UNVERIFIED,
+                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.log = log
+        self.header_timeout_s = header_timeout_s
+        self.max_unverified = max_unverified
+        self.body_timeout_s = body_timeout_s
+        self.reading = 0  # unverified bodies being read now
+        self.refused: dict[str, int] = {"slow_headers": 0, "busy": 0, "too_large": 0, "slow_body": 0}
         self._routes: dict[str, dict[tuple[str, str], tuple[Handler, str]]] = {}
         self._runners: list[web.AppRunner] = []
+        self._servers: list[asyncio.base_events.Server] = []
 
     def route(self, listen: str, method: str, path: str, handler: Handler, owner: str) -> None:
         """Serve ``method path`` on ``listen``; ``owner`` names the config entry, for the clash error."""
@@ -34,24 +109,64 @@ class WebhookServers:
         return list(self._routes)
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
         for listen, routes in self._routes.items():
             app = web.Application(client_max_size=MAX_BODY)
             for (method, path), (handler, _owner) in routes.items():
                 app.router.add_route(method, path, handler)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            # keepalive_timeout bounds the wait for each later request's headers on a kept connection
+            runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                   keepalive_timeout=self.header_timeout_s)
             await runner.setup()
             host, _, port = listen.rpartition(":")
+            factory = runner.server
             try:
-                await web.TCPSite(runner, host.strip("[]"), int(port), reuse_address=True).start()
+                server = await loop.create_server(
+                    lambda: HeaderDeadline(factory(), self.header_timeout_s, self._count_slow_headers),
+                    host.strip("[]"), int(port), reuse_address=True)
             except OSError as exc:
                 await runner.cleanup()
                 raise StarlingError(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
             self._runners.append(runner)
+            self._servers.append(server)
             self.log.info("webhook_listening", listen=listen, paths=sorted({p for _m, p in routes}))
 
+    def _count_slow_headers(self) -> None:
+        self._refuse("slow_headers")
+
+    def _refuse(self, reason: str, **detail: object) -> None:
+        self.refused[reason] += 1
+        count = self.refused[reason]
+        if count <= 10 or count % 100 == 0:
+            self.log.warning("webhook_cut", reason=reason, count=count, **detail)
+
+    async def read_body(self, request: web.Request, *, verified: bool = False) -> bytes:
+        """The request's body, within the limits above. ``verified``: the request already proved it is
+        the platform's (Telegram's secret header), so it does not take an unverified slot. Raises the
+        HTTP error to answer (413, 503, 408), which aiohttp sends as the response."""
+        declared = request.content_length
+        if declared is not None and declared > MAX_BODY:
+            self._refuse("too_large", size=declared, peer=request.remote)
+            raise _refusal(web.HTTPRequestEntityTooLarge, max_size=MAX_BODY, actual_size=declared)
+        if not verified and self.reading >= self.max_unverified:
+            self._refuse("busy", peer=request.remote)
+            raise _refusal(web.HTTPServiceUnavailable, headers={"Retry-After": "1"})
+        slot = 0 if verified else 1
+        self.reading += slot
+        try:
+            return await asyncio.wait_for(request.read(), self.body_timeout_s)
+        except asyncio.TimeoutError:
+            self._refuse("slow_body", peer=request.remote)
+            raise _refusal(web.HTTPRequestTimeout) from None
+        finally:
+            self.reading -= slot
+
     async def close(self) -> None:
+        for server in self._servers:  # no new connections; the runners then close the open ones
+            server.close()
         for runner in self._runners:
             await runner.cleanup()
+        self._servers = []
         self._runners = []
 
 

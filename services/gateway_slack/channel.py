@@ -135,7 +135,7 @@ class SlackChannel(Channel):
                         continue
                     try:
                         data = json.loads(frame.data)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         self.log.warning("socket_frame_skipped", reason="not JSON")
                         continue
                     if not isinstance(data, dict):
@@ -247,7 +247,7 @@ class SlackChannel(Channel):
         return signature.isascii() and hmac.compare_digest(expected.encode(), signature.encode())
 
     async def on_request(self, request: web.Request) -> web.Response:
-        raw = await request.read()
+        raw = await self.gateway.webhooks.read_body(request)  # bounded: size, time, unverified at once
         if not self.signed(raw, request.headers.get("X-Slack-Request-Timestamp", ""),
                            request.headers.get("X-Slack-Signature", "")):
             self.log.warning("request_refused", reason="bad or stale signature", peer=request.remote)
@@ -298,7 +298,7 @@ def _decode(raw: bytes, content_type: str) -> tuple[str | None, dict]:
                 return ("interactive", payload) if isinstance(payload, dict) else (None, {})
             return ("slash_commands", form) if "command" in form else (None, {})
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None, {}
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         return None, {}

@@ -208,8 +208,8 @@ class TelegramChannel(Channel):
             self.log.warning("webhook_refused", reason="wrong or missing secret token", peer=request.remote)
             return web.Response(status=401)
         try:
-            update = json.loads(await request.read())
-        except ValueError:
+            update = json.loads(await self.gateway.webhooks.read_body(request, verified=True))
+        except (ValueError, RecursionError):
             self.log.warning("update_skipped", reason="body is not JSON")
             return web.Response(status=200)  # a redelivery would be the same garbage
         return await answer_after_ack(self.handle_update(update), WEBHOOK_ACK_S, self.log)

@@ -110,13 +110,13 @@ class WhatsAppChannel(Channel):
         return hmac.compare_digest(expected.encode(), header[len("sha256="):].encode())
 
     async def on_post(self, request: web.Request) -> web.Response:
-        raw = await request.read()
+        raw = await self.gateway.webhooks.read_body(request)  # bounded: size, time, unverified at once
         if not self.signed(raw, request.headers.get("X-Hub-Signature-256", "")):
             self.log.warning("webhook_refused", reason="bad or missing X-Hub-Signature-256", peer=request.remote)
             return web.Response(status=401)  # checked before anything is parsed or stored
         try:
             payload = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.log.warning("event_skipped", reason="body is not JSON")
             return web.Response(status=200)  # a redelivery would be the same garbage
         return await answer_after_ack(self.handle(payload), ACK_WITHIN_S, self.log)
