@@ -6,6 +6,7 @@ the operator wrote; `common.home.paths_for` resolves them against the config fil
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import typing
 from pathlib import Path
@@ -48,11 +49,28 @@ class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
     """Base of config structs: forbid_unknown_fields and frozen are inherited; kw_only is not."""
 
 
+def is_loopback(listen: str) -> bool:
+    """Whether a host:port listens on this host only: localhost, 127.0.0.0/8 or ::1 (not 0.0.0.0, not a name)."""
+    host = listen.rpartition(":")[0].removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class Control(_Section, kw_only=True):
     listen: str = "127.0.0.1:7820"
+    allow_remote: bool = False  # listen on a non-loopback address, on purpose
 
     def __post_init__(self) -> None:
         _check_listen("listen", self.listen)
+        if not self.allow_remote and not is_loopback(self.listen):
+            raise _FieldError("listen", f"{self.listen!r} is not a loopback address, so the control API and"
+                              " /health would be reachable from the network; listen on 127.0.0.1:PORT (put a"
+                              " TLS proxy in front for remote use), or set [control] allow_remote = true to"
+                              " mean it")
 
 
 class Runner(_Section, kw_only=True):
@@ -460,6 +478,7 @@ workspace_dir = "workspace"    # agents' working directories (shared/ and privat
 
 [control]
 listen = "127.0.0.1:7820"      # host:port of /health and the control API
+allow_remote = false           # a non-loopback listen is refused unless this is true
 
 [runner]
 processes = 2                  # agent-turn workers (1..64)

@@ -76,6 +76,13 @@ def evaluate(paths: Paths, cfg: Config, beats: list[beat_store.Beat] | None, now
     return {"status": status, "checks": checks}
 
 
+def public(report: dict) -> dict:
+    """What /health shows without the control token: the status and each check's status, no detail
+    (no pids, instance or bot names, paths, listen addresses, sizes)."""
+    return {"status": report["status"],
+            "checks": {name: {"status": check["status"]} for name, check in report["checks"].items()}}
+
+
 def problems(report: dict) -> list[str]:
     """One line per failing check, for alerts."""
     lines = []

@@ -164,6 +164,16 @@ def test_low_disk_space_warns(capsys, root):
     assert (0, "warn") == (rc, statuses(checks, "disk")[0])
 
 
+def test_the_control_address_is_ok_on_loopback_and_warned_with_allow_remote(capsys, root):
+    assert ["ok"] == statuses(doctor(capsys, root)[1], "control")
+    config = root / "config.toml"
+    text = config.read_text().replace('listen = "127.0.0.1:', 'listen = "0.0.0.0:', 1)
+    config.write_text(text.replace("allow_remote = false", "allow_remote = true", 1))
+    rc, checks = doctor(capsys, root)
+    [(status, reason)] = checks["control"]
+    assert ("warn", True) == (status, "reachable from the network" in reason)
+
+
 def test_supervisord_not_running_is_a_warning(capsys, root):
     _, checks = doctor(capsys, root)
     assert [("warn", "not running — start with `starling up`")] == checks["services"]

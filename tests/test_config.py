@@ -102,7 +102,7 @@ def test_toml_syntax_error(tmp_path):
 
 def test_unknown_key_names_the_key(tmp_path):
     err = error_for(tmp_path, '[control]\nlisen = "127.0.0.1:1"\n')
-    assert ("control.lisen", "unknown key; expected one of: listen") == (err.key, err.reason)
+    assert ("control.lisen", "unknown key; expected one of: listen, allow_remote") == (err.key, err.reason)
 
 
 def test_unknown_top_level_key(tmp_path):
@@ -170,6 +170,23 @@ def test_bad_listen(tmp_path):
 
 def test_ipv6_listen_is_accepted(tmp_path):
     assert "[::1]:7820" == load_config(write(tmp_path, '[control]\nlisten = "[::1]:7820"\n')).control.listen
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:7820", "[::]:7820", "192.0.2.10:7820", "control.example:7820"])
+def test_a_non_loopback_control_listen_is_refused_without_allow_remote(tmp_path, listen):
+    err = error_for(tmp_path, f'[control]\nlisten = "{listen}"\n')
+    assert ("control.listen", True, True) == (err.key, "not a loopback address" in err.reason,
+                                              "allow_remote = true" in err.reason)
+
+
+def test_a_non_loopback_control_listen_is_taken_with_allow_remote(tmp_path):
+    cfg = load_config(write(tmp_path, '[control]\nlisten = "0.0.0.0:7820"\nallow_remote = true\n'))
+    assert ("0.0.0.0:7820", True) == (cfg.control.listen, cfg.control.allow_remote)
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:7820", "127.8.9.10:1", "localhost:7820", "[::1]:7820"])
+def test_loopback_control_listens_need_no_allow_remote(tmp_path, listen):
+    assert listen == load_config(write(tmp_path, f'[control]\nlisten = "{listen}"\n')).control.listen
 
 
 def test_secret_value_in_config_is_not_echoed(tmp_path):

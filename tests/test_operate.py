@@ -146,10 +146,19 @@ def test_a_killed_service_is_restarted_and_reports_again(running, service):
     wait_until(back, timeout=30, interval=0.2, what=f"{service} to come back")
 
 
-def test_livez_and_health_need_no_token(running):
+def test_livez_and_health_need_no_token_and_health_shows_detail_only_with_it(running):
     assert (200, "alive") == (get(running.base_url + "/livez")[0], get(running.base_url + "/livez")[1]["status"])
     code, report = get(running.base_url + "/health")
-    assert 200 == code and report["status"] in ("ok", "degraded") and "writer" in report["checks"]["services"]["services"]
+    assert 200 == code and report["status"] in ("ok", "degraded")
+    # without the token: each check's status and nothing else (no pids, names, paths or addresses)
+    assert {"services", "wal", "disk"} <= set(report["checks"])
+    assert all({"status"} == set(check) for check in report["checks"].values()), report
+    token = running.paths.control_token_file.read_text().strip()
+    code, full = get(running.base_url + "/health", token=token)
+    writer = full["checks"]["services"]["services"]["writer"]
+    assert (200, True) == (code, isinstance(writer["pid"], int) and "folders" in full["checks"]["disk"])
+    wrong = get(running.base_url + "/health", token="x" + token)[1]
+    assert all({"status"} == set(check) for check in wrong["checks"].values()), wrong
 
 
 def test_the_control_api_refuses_a_missing_or_wrong_token(running):

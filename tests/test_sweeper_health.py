@@ -44,9 +44,13 @@ id = "ops"
 """
 
 
-def get_health(port: int) -> dict:
+def get_health(port: int, home=None) -> dict:
+    """/health: the status of each check, and with ``home`` (its control token) the whole report."""
+    token = home.paths.control_token_file.read_text().strip() if home is not None else ""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/health",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())
     except urllib.error.URLError:  # control is not listening yet
         return {"status": "unreachable"}
@@ -112,7 +116,7 @@ def test_the_sweeper_truncates_the_wal_and_a_held_wal_alerts_once(monkeypatch):
             report = get_health(port)
             assert ("degraded", "degraded") == (report["status"], report["checks"]["wal"]["status"])
             # the sweeper could not truncate and says so in its beat, which /health shows
-            wait_until(lambda: "reader holds" in get_health(port)["checks"]["services"]["services"]["sweeper"]
+            wait_until(lambda: "reader holds" in get_health(port, home)["checks"]["services"]["services"]["sweeper"]
                        ["detail"], timeout=10, what="the sweeper's detail")
             time.sleep(2.0)  # four more health rounds while degraded: no new alert
             assert 1 == len(alerts()[0])

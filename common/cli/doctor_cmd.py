@@ -1,4 +1,5 @@
-"""`starling doctor`: checks of config, secrets, file modes, database, disk, the sandbox and supervisord, each ok/warn/fail."""
+"""`starling doctor`: checks of config, secrets, file modes, database, disk, the sandbox, the control address and
+supervisord, each ok/warn/fail."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import apsw
 
 from common import db, health, sandbox
 from common.cli import output
-from common.config import Config, load_config, referenced_secrets
+from common.config import Config, is_loopback, load_config, referenced_secrets
 from common.errors import ConfigError, SchemaTooNew, StarlingError
 from common.home import Paths, paths_for, resolve_home
 from common.secrets import env_names, list_secrets
@@ -173,6 +174,18 @@ def check_sandbox(cfg: Config) -> Check:
     return Check("sandbox", OK, ", ".join(found.layers()) + missing)
 
 
+def check_control(cfg: Config) -> Check:
+    listen = cfg.control.listen
+    if cfg.control.allow_remote and not is_loopback(listen):
+        return Check("control", WARN, f"[control] allow_remote = true and listen = {listen!r}: the control API"
+                                      " (token-guarded) and /health are reachable from the network; put TLS and a"
+                                      " firewall in front, or listen on 127.0.0.1")
+    if cfg.control.allow_remote:
+        return Check("control", WARN, f"[control] allow_remote = true (listen = {listen!r} is loopback today):"
+                                      " a later non-loopback listen will not be refused")
+    return Check("control", OK, f"listens on {listen}, loopback only")
+
+
 def check_supervisor(paths: Paths) -> Check:
     if Supervisor(paths).reachable():
         return Check("services", OK, "supervisord is running")
@@ -192,6 +205,7 @@ def run_checks(home: Path) -> list[Check]:
     checks += check_database(cfg, paths)
     checks += check_disk(cfg, paths)
     checks.append(check_sandbox(cfg))
+    checks.append(check_control(cfg))
     checks.append(check_supervisor(paths))
     return checks
 

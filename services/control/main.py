@@ -1,6 +1,7 @@
 """The control service: `/health` and `/livez` for monitors, and the token-guarded control API on loopback.
 
-`/health` and `/livez` need no token (a monitor must reach them); everything under `/api/` needs
+`/health` and `/livez` need no token (a monitor must reach them), and without it `/health` says only
+the status and each check's status; with the token, the whole report. Everything under `/api/` needs
 `Authorization: Bearer <data/.control-token>`, compared in constant time; without it: 401, no more.
 A change of health into degraded or down is an alert: a warning log line, and a message to
 `[health] alert_to` when it is set.
@@ -111,9 +112,10 @@ class Control:
     async def livez(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "alive"})
 
-    async def health_endpoint(self, _request: web.Request) -> web.Response:
+    async def health_endpoint(self, request: web.Request) -> web.Response:
         report = await self.report()
-        return web.json_response(report, status=503 if report["status"] == "down" else 200)
+        shown = report if self.authorised(request) else health.public(report)
+        return web.json_response(shown, status=503 if report["status"] == "down" else 200)
 
     async def api_status(self, _request: web.Request) -> web.Response:
         beats = self._beats() or []
