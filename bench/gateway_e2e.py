@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Hashable
 
+from bench import targets
 from bench.turns import REAPER, machine_cpu, spread
 from bench.writer import cpu_seconds, percentile
 
@@ -325,14 +326,14 @@ def rss_ok(res: dict, procs: list[str]) -> bool:
 
 def judge(res: dict, p50: float, p99: float, procs: list[str]) -> dict[str, bool]:
     """The issue's targets against this run's figures; prints the line saying which were met."""
-    met = {"p50": p50 < TARGETS["p50"], "p99": p99 < TARGETS["p99"], "growth": res["growth"] < TARGETS["growth"],
-           "rss": rss_ok(res, procs)}
-    print(f"targets: p50 < {TARGETS['p50']:g} ms {'met' if met['p50'] else 'NOT met'} ({p50:.1f});"
-          f" p99 < {TARGETS['p99']:g} ms {'met' if met['p99'] else 'NOT met'} ({p99:.1f});"
-          f" latency growth < {TARGETS['growth']:g} {'met' if met['growth'] else 'NOT met'} ({res['growth']:.2f});"
-          f" RSS within {TARGETS['rss_ratio'] - 1:.0%} + {TARGETS['rss_slack_mb']:g} MB"
-          f" {'met' if met['rss'] else 'NOT met'}")
-    return met
+    rss = rss_ok(res, procs)
+    return targets.judge(
+        targets.below("p50", p50, TARGETS["p50"], " ms", ".1f"),
+        targets.below("p99", p99, TARGETS["p99"], " ms", ".1f"),
+        targets.below("growth", res["growth"], TARGETS["growth"], label=f"latency growth < {TARGETS['growth']:g}"),
+        targets.Target("rss", f"RSS within {TARGETS['rss_ratio'] - 1:.0%} + {TARGETS['rss_slack_mb']:g} MB", rss,
+                       "each process" if rss else "a process grew"),
+    )
 
 
 def headline(res: dict, lat: list[float], rate: float, offered: float, procs: list[str], **middle) -> dict:

@@ -59,7 +59,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
-from bench import gateway_e2e  # noqa: E402
+from bench import gateway_e2e, targets  # noqa: E402
 from bench.gateway_e2e import (  # noqa: E402
     DRAIN_TIMEOUT_S, BenchStack, Sampler, db_split, headline, judge, percentile, print_resources, progress,
     resources, send_plan, spread,
@@ -292,7 +292,7 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
     if args.keep:
         print(f"kept: home {stack.home.root}")
     acked = sorted(res["acked"])
-    print(json.dumps({
+    return targets.last_line({
         **headline(res, lat, rate, offered, procs, ack_p50_ms=round(percentile(acked, 50), 1),
                    ack_p99_ms=round(percentile(acked, 99), 1)),
         "channels": args.channels,
@@ -302,9 +302,7 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
         "missing": len(res["missing"]),
         "redelivered": res["redelivered"],
         "answers_ok": ok,
-        "targets_met": all(met.values()),
-    }), flush=True)
-    return 0 if ok else 1
+    }, met, checks_ok=ok)
 
 
 # ---------------------------------------------------------------- main

@@ -45,12 +45,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from bench import gateway_e2e  # noqa: E402
+from bench import gateway_e2e, targets  # noqa: E402
 from bench.gateway_e2e import (  # noqa: E402, F401  (the names this module had before they were shared)
     DRAIN_TIMEOUT_S, FETCH_EVERY_S, READY_TIMEOUT_S, RSS_EVERY_S, TARGETS, BenchStack, Sampler, percentile,
     headline, judge, print_resources, progress, resources, rss_mb, rss_ok, send_plan, slope_per_min, spread,
@@ -245,7 +244,7 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
     met = judge(res, p50, p99, procs)
     if args.keep:
         print(f"kept: home {stack.home.root}")
-    print(json.dumps({
+    return targets.last_line({
         **headline(res, lat, rate, offered, procs),
         "chats": args.chats,
         "seconds": args.seconds,
@@ -253,9 +252,7 @@ def report(args, stack: Stack, run: dict, res: dict) -> int:
         "duplicates": res["duplicates"],
         "missing": len(res["missing"]),
         "answers_ok": ok,
-        "targets_met": all(met.values()),
-    }), flush=True)
-    return 0 if ok else 1
+    }, met, checks_ok=ok)
 
 
 # ---------------------------------------------------------------- main

@@ -44,8 +44,9 @@ and every chat got as many answers as it sent messages. Every process is stopped
 SIGTERM; should this process die without its cleanup (SIGKILL, a C library's abort), a small reaper
 process stops them and removes the home. The last line of output is one JSON object:
 {"turns_per_s": ..., "p50_overhead_ms": ..., "p99_overhead_ms": ..., "long_history_ratio": ..., ...}
-(turns_per_s from 1; p50/p99 from 2; also the saturated p50 of 1 and the sequential p50/p99 of 3).
-Targets (the issue): p50 < 15 ms, p99 < 60 ms, >= 200 turns/s, long history < 1.5x.
+(turns_per_s from 1; p50/p99 from 2; also the saturated p50 of 1 and the sequential p50/p99 of 3), with
+``targets_met``. Targets (issue 4): p50 < 15 ms, p99 < 60 ms, >= 200 turns/s, long history < 1.5x; exit status 1
+when one is missed or an answer is wrong (bench/targets.py).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ import urllib.request  # noqa: E402
 from collections import Counter, defaultdict  # noqa: E402
 from datetime import datetime  # noqa: E402
 
+from bench import targets  # noqa: E402
 from bench.writer import cpu_seconds, percentile  # noqa: E402
 
 AGENT, INSTANCE, GATEWAY_WORKER = "default", "bench", "bench-gw"
@@ -847,18 +849,17 @@ def report(args, stack: Stack, res: dict) -> int:
         print(f"    {problem}")
     print(f"gateway: {gw['claims']:,} claims ({gw['empty_claims']:,} empty), {gw['delivered']:,} delivered,"
           f" resent {gw['resent']}, errors {gw['errors'] or 'none'}")
-    met = {
-        "turns_per_s": turns_per_s >= TARGETS["turns_per_s"],
-        "p50": p50 < TARGETS["p50"], "p99": p99 < TARGETS["p99"], "ratio": ratio < TARGETS["ratio"],
-    }
-    print(f"targets: >= {TARGETS['turns_per_s']:g} turns/s {'met' if met['turns_per_s'] else 'NOT met'}"
-          f" ({turns_per_s:.1f}); p50 < {TARGETS['p50']:g} ms {'met' if met['p50'] else 'NOT met'} ({p50:.1f});"
-          f" p99 < {TARGETS['p99']:g} ms {'met' if met['p99'] else 'NOT met'} ({p99:.1f});"
-          f" long history < {TARGETS['ratio']:g}x {'met' if met['ratio'] else 'NOT met'} ({ratio:.2f})")
+    met = targets.judge(
+        targets.at_least("turns_per_s", turns_per_s, TARGETS["turns_per_s"], " turns/s", ".1f",
+                         label=f">= {TARGETS['turns_per_s']:g} turns/s"),
+        targets.below("p50", p50, TARGETS["p50"], " ms", ".1f"),
+        targets.below("p99", p99, TARGETS["p99"], " ms", ".1f"),
+        targets.below("ratio", ratio, TARGETS["ratio"], "x", label=f"long history < {TARGETS['ratio']:g}x"),
+    )
     if args.keep:
         print(f"kept: home {stack.home.root}")
     ok = cap["ok"] and lat["ok"] and long["ok"]
-    print(json.dumps({
+    return targets.last_line({
         "turns_per_s": round(turns_per_s, 1),
         "p50_overhead_ms": round(p50, 2),
         "p99_overhead_ms": round(p99, 2),
@@ -870,8 +871,7 @@ def report(args, stack: Stack, res: dict) -> int:
         "latency_phase_turns_per_s": round(lat["answered_in_window"] / args.seconds, 1),
         "model_ms": round(lat["model_ms"], 2),
         "answers_ok": ok,
-    }), flush=True)
-    return 0 if ok else 1
+    }, met, checks_ok=ok)
 
 
 def main(argv: list[str] | None = None) -> int:
