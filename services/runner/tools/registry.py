@@ -2,7 +2,8 @@
 
 ``execute`` never raises for a tool's failure: an unknown tool, bad arguments, a refusal or an exception
 inside a tool all become a ToolResult the model can read (CancelledError still propagates). Results
-are redacted (every registered secret value) and bounded (output.py) before the model sees them.
+are redacted (every registered secret value), error texts show the home's paths relative
+(home_paths.py), and results are bounded (output.py) before the model sees them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Iterable
 
 from common.log import redact, redact_value
 from services.runner.llm import ToolSpec
-from services.runner.tools import cron, files, jobs, memory, output, recall, send, shell
+from services.runner.tools import cron, files, home_paths, jobs, memory, output, recall, send, shell
 from services.runner.tools.base import Refused, Tool, ToolContext, ToolError, ToolResult
 
 GROUPS = ("files", "shell", "memory", "recall", "send", "cron", "jobs")
@@ -145,6 +146,8 @@ async def execute(ctx: ToolContext, name: str, args: Any, enabled_groups: Iterab
         result = ToolResult(f"{name} failed: {type(e).__name__}: {e}", outcome="error")
     result.content = redact(result.content)
     result.approval_reason = redact(result.approval_reason)
+    if result.outcome != "ok":  # error texts name no absolute path of the home (a command's output is its own)
+        result.content = home_paths.relative(ctx, result.content)
     try:
         result.content, result.result_path = output.bound(ctx, name, result.content, tool.inline_limit)
     except OSError as e:  # the disk is full or the folder unusable: keep the head, say what happened
