@@ -1,4 +1,4 @@
-"""Pairing: unknown senders get a code, at most 3 pending per instance, approval lets them in."""
+"""Pairing: unknown senders get one code each, at most 50 pending per instance, approval lets them in."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from common.cli.main import main as cli
 from common.errors import WriteRejected
 from common.stores import access_store, schema_store
 from schema import messages as m
-from services.writer.apply import PAIRING_ALPHABET
+from services.writer.apply import PAIRING_ALPHABET, PAIRING_MAX_PENDING
 from tests.procs import make_home, remove_home, start_writer
 
 
@@ -39,10 +39,20 @@ def test_a_code_is_8_unambiguous_characters_and_asking_again_returns_it(writer):
         first.status, again.status, again.code, bool(re.fullmatch(f"[{PAIRING_ALPHABET}]{{8}}", first.code)))
 
 
-def test_at_most_three_codes_are_pending_per_instance(writer):
-    statuses = [ask(writer, f"s{i}").status for i in range(4)]
-    other_instance = ask(writer, "s9", instance="other").status
-    assert (["new", "new", "new", "full"], "new") == (statuses, other_instance)
+def test_ten_strangers_asking_again_and_again_do_not_lock_out_the_next_one(writer):
+    for _round in range(3):  # each asks three times: still one code each
+        answers = [ask(writer, f"stranger{i}") for i in range(10)]
+    newcomer = ask(writer, "newcomer")
+    conn = db.open_reader(writer.paths.db_file)
+    codes = {code.sender: code.code for code in access_store.pending(conn, time.time()) if code.instance == "tg"}
+    assert ({"existing"}, "new", 11) == ({a.status for a in answers}, newcomer.status, len(codes))
+    assert all(codes[f"stranger{i}"] == answers[i].code for i in range(10))
+
+
+def test_at_most_pairing_max_pending_codes_are_pending_per_instance(writer):
+    statuses = [ask(writer, f"s{i}", instance="capped").status for i in range(PAIRING_MAX_PENDING + 1)]
+    other_instance = ask(writer, "s-other", instance="other").status
+    assert ({"new"}, "full", "new") == (set(statuses[:-1]), statuses[-1], other_instance)
 
 
 def test_approving_a_code_lets_its_sender_in(writer, capsys):

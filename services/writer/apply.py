@@ -311,7 +311,10 @@ def expire_approvals(conn, now: float, events: list[Pending]) -> int:
 
 PAIRING_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read out and typed by people
 PAIRING_TTL_S = 3600.0
-PAIRING_MAX_PENDING = 3  # per instance: strangers cannot flood the operator's list
+# One live code per sender (asking again returns it), and room for many senders per instance: a
+# handful of strangers must not lock newcomers out for an hour, while a flood still stops short of
+# burying the operator's `starling pairing list`.
+PAIRING_MAX_PENDING = 50
 
 
 def _pairing(conn, op: m.RequestPairing, now: float) -> m.Pairing:
