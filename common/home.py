@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -143,19 +144,35 @@ def ensure_layout(paths: Paths) -> None:
     """Create the state tree at mode 0700, tightening folders that exist looser. Idempotent."""
     for folder in paths.layout():
         try:
-            folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            if folder.stat().st_mode & 0o777 != DIR_MODE:
-                os.chmod(folder, DIR_MODE)
+            make_private_dir(folder)
         except OSError as e:
             raise StarlingError(f"{folder}: cannot create or secure folder: {e.strerror}") from None
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make the folder's entries durable: a file renamed, linked or removed in it, a folder made in it."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_private_dir(folder: Path) -> None:
+    """Create ``folder`` and its missing parents at 0700, each new one durable (its parent fsynced, or
+    a power cut could take the folder and the files written into it); tighten it to 0700 if looser."""
+    folder = Path(folder)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    if not missing and not folder.is_dir():
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(folder))
+    for new in reversed(missing):
+        try:
+            new.mkdir(mode=DIR_MODE)
+        except FileExistsError:  # another process made it meanwhile
+            pass
+        fsync_dir(new.parent)
+    if folder.stat().st_mode & 0o777 != DIR_MODE:
+        os.chmod(folder, DIR_MODE)
 
 
 def _write_tmp(path: Path, data: bytes) -> Path:
@@ -185,7 +202,7 @@ def write_private_file(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def ensure_token_file(path: Path, nbytes: int = 32) -> bytes:
@@ -199,7 +216,7 @@ def ensure_token_file(path: Path, nbytes: int = 32) -> bytes:
             tmp = _write_tmp(path, secrets.token_urlsafe(nbytes).encode())
             try:
                 os.link(tmp, path)
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
             except FileExistsError:
                 pass
             finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from common.config import ID_PATTERN
 from common.errors import StarlingError
-from common.home import DIR_MODE, Paths, write_private_file
+from common.home import Paths, fsync_dir, make_private_dir, write_private_file
 
 _ID = re.compile(ID_PATTERN)
 
@@ -96,10 +96,6 @@ def _check_id(agent_id: str) -> None:
         )
 
 
-def _mkdir_private(folder: Path) -> None:
-    folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    if folder.stat().st_mode & 0o777 != DIR_MODE:
-        os.chmod(folder, DIR_MODE)
 
 
 def _copy_private(source: Path, target: Path) -> None:
@@ -109,7 +105,7 @@ def _copy_private(source: Path, target: Path) -> None:
             continue
         dest = target / entry.name
         if entry.is_dir():
-            _mkdir_private(dest)
+            make_private_dir(dest)
             _copy_private(entry, dest)
         elif entry.is_file():
             write_private_file(dest, entry.read_bytes())
@@ -128,9 +124,9 @@ def create_pack(paths: Paths, agent_id: str, copy_from: str | None = None) -> Pa
         source = paths.agents_dir / copy_from
         if not source.is_dir():
             raise StarlingError(f"no agent {copy_from!r} to copy from ({source} does not exist)")
-    _mkdir_private(paths.agents_dir)
+    make_private_dir(paths.agents_dir)
     building = paths.agents_dir / f".{agent_id}.{secrets.token_hex(4)}.new"
-    _mkdir_private(building)
+    make_private_dir(building)
     try:
         if source is not None:
             _copy_private(source, building)
@@ -140,17 +136,18 @@ def create_pack(paths: Paths, agent_id: str, copy_from: str | None = None) -> Pa
         else:
             for name, text in default_files(agent_id).items():
                 write_private_file(building / name, text.encode())
-        _mkdir_private(building / SKILLS_DIR)
+        make_private_dir(building / SKILLS_DIR)
         try:
             os.rename(building, target)  # fails if another process created it meanwhile
         except OSError:
             raise StarlingError(f"agent {agent_id!r} already exists at {target}") from None
+        fsync_dir(paths.agents_dir)  # the rename survives a power cut
     finally:
         if building.exists():
             shutil.rmtree(building, ignore_errors=True)
     private = paths.private_workspace(agent_id)
-    _mkdir_private(private)
-    _mkdir_private(private / SCRATCHPAD)
+    make_private_dir(private)
+    make_private_dir(private / SCRATCHPAD)
     return target
 
 

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from common.errors import StarlingError
-from common.home import DIR_MODE, Paths, write_private_file
+from common.home import Paths, fsync_dir, make_private_dir, write_private_file
 from common.secrets import session_secret
 
 MAGIC = b"SWS1"
@@ -102,7 +102,7 @@ class SessionVault:
             path.unlink()
         except FileNotFoundError:
             return
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
 
     def names(self) -> list[str]:
         """Every stored name but the key check, sorted."""
@@ -120,7 +120,7 @@ class SessionVault:
             if path.name.endswith(SUFFIX):
                 path.unlink(missing_ok=True)
         self._key_checked = False
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
 
     def verify(self) -> None:
         """Decrypt every value: raises SessionError naming the first file that does not open."""
@@ -229,9 +229,7 @@ class SessionVault:
     def _secure_folder(self) -> None:
         for folder in (self.folder.parent, self.folder):
             try:
-                folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-                if folder.stat().st_mode & 0o777 != DIR_MODE:
-                    os.chmod(folder, DIR_MODE)
+                make_private_dir(folder)
             except OSError as exc:
                 raise StarlingError(f"{folder}: cannot create or secure the session folder: {exc.strerror}") from None
 
@@ -241,10 +239,3 @@ class SessionVault:
             if path.name.startswith(".") and path.name.endswith(".tmp"):
                 path.unlink(missing_ok=True)
 
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from common.config import ID_PATTERN
-from common.home import DIR_MODE, FILE_MODE, write_private_file
+from common.home import FILE_MODE, make_private_dir, write_private_file
 from services.runner.llm import ToolSpec
 from services.runner.tools.base import Tool, ToolContext, ToolError, ToolResult
 
@@ -63,7 +63,7 @@ def backup(ctx: ToolContext, path: Path) -> Path | None:
     if not path.is_file():
         return None
     folder = ctx.paths.backups_dir / ctx.agent
-    folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    make_private_dir(folder)  # a new folder is durable before the copy goes in
     stamp = time.strftime("%Y-%m-%d-%H%M%S", time.gmtime())
     stem = path.name.removesuffix(".md")
     target = folder / f"{stamp}-{stem}.md"
