@@ -1,9 +1,9 @@
-"""The runner end to end: real writer and runner processes, a fake model server speaking the OpenAI API."""
+"""The runner end to end: real writer and runner processes, a strict fake model server (OpenAI, and Anthropic
+where the path differs by provider kind)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import subprocess
@@ -13,96 +13,22 @@ import uuid
 
 import pytest
 
-from common import db
-from common.personas import create_pack
-from common.secrets import set_secret
 from common.stores import approval_store, audit_store, outbox_store, session_store, turn_store
 from schema import messages as m
 from services.runner.conversation import INTERRUPTED
-from tests.fake_models import FakeModelsProcess
-from tests.procs import REPO, Proc, make_home, remove_home, start_writer, wait_until
-
-GATEWAY = "test"
-
-
-def config(model_url: str, extra: str = "") -> str:
-    return (
-        "[runner]\nprocesses = 1\nlease_s = 3\n"
-        "[providers.default]\n"
-        f'kind = "openai"\nbase_url = "{model_url}"\napi_key = "openai"\nmodel = "fake-model"\ncontext_window = 100000\n'
-        + extra
-    )
+from tests.procs import REPO, Proc, start_writer, wait_until
+from tests.runner_stack import (
+    GATEWAY, KINDS, converse, own_home, reader, refused, start_stack, started, stop_stack, texts, tool_calls,
+    tool_results,
+)
 
 
 @pytest.fixture(scope="module")
 def stack():
-    """A home with a writer, one runner and a fake model; tests use their own chats."""
-    home = make_home("[runner]\nprocesses = 1\n")
-    fake = FakeModelsProcess(home.root / "fake").start()
-    home = make_home(config(fake.openai_url), root=home.root)
-    set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-    create_pack(home.paths, "default")
-    writer = start_writer(home)
-    runner = Proc(home, "runner")
-    home.fake = fake
-    home.runner = runner
+    """A home with a writer, one runner and a fake OpenAI model; tests use their own chats."""
+    home = start_stack("openai")
     yield home
-    runner.stop()
-    writer.stop()
-    fake.stop()
-    remove_home(home)
-
-
-@contextlib.contextmanager
-def own_home(edit=lambda text: text, key: bool = True, anthropic: bool = False):
-    """A fresh home of its own with a fake model and the default agent; the processes a test starts
-    go in ``home.procs`` and are stopped at the end, whatever happens."""
-    home = make_home()
-    fake = FakeModelsProcess(home.root / "fake").start()
-    text = config(fake.anthropic_url if anthropic else fake.openai_url)
-    home = make_home(edit(text.replace('kind = "openai"', 'kind = "anthropic"') if anthropic else text), root=home.root)
-    if key:
-        set_secret(home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
-    create_pack(home.paths, "default")
-    home.fake = fake
-    home.procs = []
-    try:
-        yield home
-    finally:
-        for proc in reversed(home.procs):
-            proc.stop()
-        fake.stop()
-        remove_home(home)
-
-
-def started(home, proc):
-    home.procs.append(proc)
-    return proc
-
-
-def converse(home, chat: str, text: str, replies: int = 1, timeout: float = 20.0, agent: str = "default"):
-    """Send a message as a gateway would, then claim and mark sent the chat's outbox rows."""
-
-    async def go():
-        async with home.client("gateway") as c:
-            accepted = await c.call(m.Inbound(agent=agent, instance=GATEWAY, chat=chat, sender="u1", text=text,
-                                              dedupe_keys=[uuid.uuid4().hex]))
-            got: list[str] = []
-            deadline = time.monotonic() + timeout
-            while len(got) < replies and time.monotonic() < deadline:
-                claim = await c.call(m.ClaimOutbox(worker="gw", instances=[GATEWAY], chats=[chat]))
-                for item in claim.items:
-                    got.append(item.body)
-                    await c.call(m.OutboxSent(id=item.id, worker="gw"))
-                if not claim.items:
-                    await asyncio.sleep(0.05)
-            return accepted, got
-
-    return asyncio.run(go())
-
-
-def reader(home):
-    return db.open_reader(home.paths.db_file)
+    stop_stack(home)
 
 
 def test_a_message_gets_the_models_answer(stack):
@@ -241,9 +167,10 @@ def test_starling_chat_talks_to_the_agent_through_the_bus(stack):
                                    [r.state for r in rows]), result.stderr
 
 
-def test_compaction_summarises_older_turns_and_keeps_recent_ones_and_call_result_pairs():
+@pytest.mark.parametrize("kind", KINDS)
+def test_compaction_summarises_older_turns_and_keeps_recent_ones_and_call_result_pairs(kind):
     # a tiny window: a few turns already pass max_context_ratio of it
-    with own_home(lambda text: text.replace("context_window = 100000", "context_window = 400")) as home:
+    with own_home(lambda text: text.replace("context_window = 100000", "context_window = 400"), kind=kind) as home:
         for name in ("IDENTITY.md", "SOUL.md", "AGENTS.md", "USER.md", "MEMORY.md"):
             (home.paths.agents_dir / "default" / name).write_text("")  # keep the prompt small
         started(home, start_writer(home))
@@ -253,19 +180,18 @@ def test_compaction_summarises_older_turns_and_keeps_recent_ones_and_call_result
         converse(home, "long", "second question " + "z" * 300)
         home.fake.add({"text": "SUMMARY: garden talk"}, {"text": "third answer"})
         accepted, replies = converse(home, "long", "third question")
-        requests = home.fake.requests("openai")
+        requests = home.fake.requests(kind)
         summary_request, final_request = requests[-2]["body"], requests[-1]["body"]
         summary, upto = session_store.summary(reader(home), accepted.session_id)
-    final_roles = [msg["role"] for msg in final_request["messages"]]
-    assert (["third answer"], "SUMMARY: garden talk") == (replies, summary)
-    assert "first question about the garden" in summary_request["messages"][-1]["content"]
-    assert "SUMMARY: garden talk" in final_request["messages"][0]["content"]
-    assert "third question" == final_request["messages"][-1]["content"]
-    assert "first question" not in json.dumps(final_request["messages"][1:])
-    # every tool result that is left has its call right before it
-    for i, role in enumerate(final_roles):
-        if role == "tool":
-            assert final_request["messages"][i - 1].get("tool_calls"), final_roles
+    history = [msg for msg in final_request["messages"] if msg["role"] != "system"]
+    assert (["third answer"], "SUMMARY: garden talk", []) == (replies, summary, refused(requests))
+    # the compacted part held the tool call and its result
+    assert "first question about the garden" in texts(summary_request)[-1]
+    assert "[tool file_list result]" in texts(summary_request)[-1]
+    assert "SUMMARY: garden talk" in texts(final_request)[0]
+    assert "third question" == texts(final_request)[-1]
+    assert "first question" not in json.dumps(history)
+    assert {call_id for call_id, _ in tool_results(final_request)} <= {c for c, _ in tool_calls(final_request)}
     assert upto > 0
 
 
@@ -302,7 +228,7 @@ def test_two_runners_answer_many_chats_once_each_and_in_order_per_chat():
 
 
 def test_an_anthropic_provider_answers_too():
-    with own_home(anthropic=True) as home:
+    with own_home(kind="anthropic") as home:
         home.fake.add({"api": "anthropic", "tool_call": {"name": "file_list", "arguments": {}}},
                       {"api": "anthropic", "text": "Your workspace is empty."})
         started(home, start_writer(home))
@@ -312,8 +238,9 @@ def test_an_anthropic_provider_answers_too():
     assert (["Your workspace is empty."], "tool_result") == (replies, second[-1]["content"][0]["type"])
 
 
-def test_a_tool_call_running_when_its_runner_stops_is_not_run_again():
-    with own_home() as home:
+@pytest.mark.parametrize(("kind", "how"), [("openai", "stop"), ("openai", "kill9"), ("anthropic", "kill9")])
+def test_a_tool_call_running_when_its_runner_stops_is_not_run_again(kind, how):
+    with own_home(kind=kind) as home:
         settings = home.paths.agents_dir / "default" / "config.toml"
         settings.write_text(settings.read_text().replace('mode = "ask"', 'mode = "auto"'))
         home.fake.add({"tool_call": {"name": "shell", "arguments": {"command": "echo ran >> count.txt; sleep 4"}}},
@@ -329,13 +256,19 @@ def test_a_tool_call_running_when_its_runner_stops_is_not_run_again():
 
         accepted = asyncio.run(send())
         wait_until(count.exists, timeout=15, what="the command to start")
-        first.stop()  # SIGTERM: the claim is handed back mid-command
+        if how == "stop":
+            first.stop()  # SIGTERM: the claim is handed back mid-command
+        else:
+            first.kill9()  # the lease runs out (lease_s = 3) and the next runner takes the turn
         started(home, Proc(home, "runner", "--name", "runner-b"))
         wait_until(lambda: turn_store.get(reader(home), accepted.turn_id).state == "done", timeout=30,
                    what="the second runner to finish the turn")
-        told = [msg["content"] for msg in home.fake.requests("openai")[-1]["body"]["messages"] if msg["role"] == "tool"]
+        requests = home.fake.requests(kind)
+        # the write-ahead "started" record stands for the result: one tool message, saying so
+        told = [content for _, content in tool_results(requests[-1]["body"])]
+        rows = outbox_store.for_chat(reader(home), GATEWAY, "rerun")
         ran = count.read_text().split()
-    assert (["ran"], [INTERRUPTED]) == (ran, told)
+    assert (["ran"], [INTERRUPTED], [], ["finished"]) == (ran, told, refused(requests), [r.body for r in rows])
 
 
 def test_chat_shows_the_answer_of_the_turn_an_approve_resumes(stack):

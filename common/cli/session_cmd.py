@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import time
 from datetime import datetime
@@ -160,13 +161,53 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = f"the last {len(turns)} of {total} turns" if len(turns) < total else f"{total} turns"
     print(output.paint(shown, "dim"))
     print()
+    _print_turns(turns)
+    return 0
+
+
+def _print_turns(turns: list[turn_store.Turn]) -> None:
+    """Each turn once; a tool call shown under the turn that made it, with its name, arguments and the
+    result that stands (a runner stores a stand-in before a call runs and while it waits for approval,
+    and the real result after: only the last one is the call's result)."""
+    results = {}  # call id -> the tool turn that answers it last
     for turn in turns:
+        if turn.role == "tool":
+            results[_meta(turn.meta).get("tool_call_id", "")] = turn
+    shown: set[int] = set()
+    for turn in turns:
+        meta = _meta(turn.meta)
+        if turn.role == "tool" and (turn.id in shown or results.get(meta.get("tool_call_id", "")) is not turn):
+            continue  # shown with its call, or replaced by a later result
+        calls = [c for c in meta.get("tool_calls", []) if isinstance(c, dict)] if turn.role == "assistant" else []
         role = output.paint(turn.role, _ROLE_COLOUR.get(turn.role, "bold"))
         who = f" ({turn.sender})" if turn.sender else ""
         state = f" [{turn.state}]" if turn.state in ("pending", "claimed", "failed") else ""
         print(f"{_when(turn.created_at)}  #{turn.id} {role}{who}{state}")
-        for line in (turn.content or "").splitlines() or [""]:
+        if turn.role == "tool":  # its call is before the turns shown
+            print(f"    {meta.get('name', 'tool')} result:")
+        for line in (turn.content or "").splitlines() or ([] if calls else [""]):
             print(f"    {line}")
+        for call in calls:
+            arguments = json.dumps(call.get("arguments") or {}, ensure_ascii=False)
+            print("    " + output.paint(f"calls {call.get('name', '?')} {_clip(arguments)}", "yellow"))
+            result = results.get(call.get("id", ""))
+            if result is None:
+                print("      " + output.paint("(no result yet)", "dim"))
+                continue
+            shown.add(result.id)
+            for line in _clip(result.content or "(empty)").splitlines():
+                print("      " + output.paint(line, "dim"))
         if turn.error:
             print("    " + output.paint(f"error: {turn.error}", "red"))
-    return 0
+
+
+def _clip(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[:limit] + f" […{len(text) - limit} more characters]"
+
+
+def _meta(text: str) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -4,8 +4,10 @@ Turns are stored one per message: a user turn; an assistant turn (its tool calls
 turn (its call's id in ``meta``). Before a tool runs, a stand-in result marked "started" is stored;
 the real result, stored after, replaces it. So a call that was running when its runner died is
 shown to the model as interrupted and is never run twice; a call parked for approval has a
-"waiting" stand-in until it is decided. A tool call is never separated from its result: the window
-and the compaction cut both fall on user turns only.
+"waiting" stand-in until it is decided. Whatever was stored, the model gets exactly one tool message
+per call, right after the assistant message that made it (``to_messages``, and ``put_result`` for a
+turn under way). A tool call is never separated from its result: the window and the compaction cut
+both fall on user turns only.
 """
 
 from __future__ import annotations
@@ -73,6 +75,20 @@ def _close_open(open_calls: dict[str, str], out: list[Message], out_ids: list[in
         out.append(Message("tool", UNANSWERED, tool_call_id=call_id, name=name))
         out_ids.append(out_ids[-1] if out_ids else 0)
     open_calls.clear()
+
+
+def put_result(messages: list[Message], result: Message) -> None:
+    """Record a call's result in ``messages`` as loading it again would show it: in place of the stand-in
+    ("waiting", "started") that answers the same call after the last assistant message, else appended.
+    So one tool message per call reaches the model, never a stand-in and then the result."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant":
+            break
+        if message.role == "tool" and message.tool_call_id == result.tool_call_id:
+            messages[index] = result
+            return
+    messages.append(result)
 
 
 def pending_calls(messages: list[Message]) -> list[ToolCall]:

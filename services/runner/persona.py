@@ -25,6 +25,7 @@ FILE_LIMIT = 64 * 1024  # bytes of one pack file taken into the prompt
 
 class Approval(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     mode: str = "ask"  # ask | auto (never ask: for trusted, sandboxed setups) | deny (refuse what would ask)
+    ttl_s: float = 24 * 3600.0  # how long a question waits for the person before it expires (at most 7 days)
 
 
 class AgentSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
@@ -115,6 +116,9 @@ def load(agent: str, folder: Path) -> Persona:
     settings = _decode(folder / "config.toml", AgentSettings) or AgentSettings()
     if settings.approval.mode not in ("ask", "auto", "deny"):
         raise ConfigError(folder / "config.toml", "approval.mode", f"expected ask, auto or deny, got {settings.approval.mode!r}")
+    if not 0 < settings.approval.ttl_s <= 7 * 86400:
+        raise ConfigError(folder / "config.toml", "approval.ttl_s",
+                          f"expected seconds in (0, 604800], got {settings.approval.ttl_s!r}")
     sections = []
     for name in PROMPT_FILES:
         path = folder / name

@@ -27,7 +27,6 @@ from services.runner.tools import registry
 from services.runner.tools.base import ToolContext, ToolResult
 
 APPROVAL_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: typed by people
-APPROVAL_TTL_S = 24 * 3600
 KEEP_RECENT_SHARE = 0.4  # of the budget, kept verbatim when older turns are summarised
 WENT_WRONG = "Something went wrong on my side while answering; the operator can see why in the runner's log."
 SKILL_TOOL = ToolSpec(
@@ -128,7 +127,8 @@ class TurnWork:
             decided = approval if approval and _approval_call_id(approval) == call.id else None
             result = await self._execute(ctx, persona, call, decided)
             await self._store_result(call, result.content)
-            messages.append(Message("tool", result.content, tool_call_id=call.id, name=call.name))
+            # a resumed call has a stand-in in ``messages``: the result takes its place
+            conversation.put_result(messages, Message("tool", result.content, tool_call_id=call.id, name=call.name))
 
     async def _store_result(self, call: ToolCall, content: str, mark: str = "") -> None:
         """A tool message for ``call``; a later one replaces it in the conversation (see conversation.py)."""
@@ -162,7 +162,7 @@ class TurnWork:
                                     " mode is deny.", outcome="refused")
             else:
                 await self._store_result(call, conversation.WAITING, mark="waiting")
-                await self._park(call, result)
+                await self._park(call, result, persona.settings.approval.ttl_s)
         await self._audit(call, result, (time.monotonic() - started) * 1000)
         return result
 
@@ -179,7 +179,7 @@ class TurnWork:
             patterns = approval_store.grants(conn, persona.agent, call.name)
         return any(_grant_matches(p, arguments) for p in patterns)
 
-    async def _park(self, call: ToolCall, result: ToolResult) -> None:
+    async def _park(self, call: ToolCall, result: ToolResult, ttl_s: float) -> None:
         approval_id = "".join(secrets.choice(APPROVAL_ALPHABET) for _ in range(8))
         arguments = registry.redact_arguments(call.arguments)
         notice = (f"I need your approval to {result.approval_reason or call.name}:\n{_show(call)}\n"
@@ -187,7 +187,7 @@ class TurnWork:
         await self._audit(call, ToolResult(result.approval_reason, outcome="pending"), 0.0)
         await self.call(m.ParkTurn(turn_id=self.claim.turn_id, worker=self.worker, approval_id=approval_id,
                                    tool=call.name, arguments=json.dumps({"call_id": call.id, "args": arguments}),
-                                   reason=result.approval_reason, ttl_s=APPROVAL_TTL_S, notice=notice))
+                                   reason=result.approval_reason, ttl_s=ttl_s, notice=notice))
         self.log.info("approval_asked", approval_id=approval_id, tool=call.name)
         raise Parked()
 

@@ -5,8 +5,9 @@ base_url may end in `/v1` or not: config's default is `https://api.anthropic.com
 
 The API wants user and assistant turns to alternate, with tool results in a user turn right after the
 assistant turn that called the tools; so tool results become `tool_result` blocks, consecutive messages of
-one role are merged into one (tool results first, as the API requires), empty text is dropped (the API
-refuses empty text blocks), a history that starts with the assistant gets a short user turn in front,
+one role are merged into one (tool results first, as the API requires), empty and whitespace-only text is
+dropped (the API refuses both), a history that starts with the assistant gets a short user turn in front,
+tool calls and results become plain text in a request without tools (the API refuses tool blocks there),
 and tool-call ids are reduced to the characters the API accepts ([A-Za-z0-9_-]), the same way on both
 sides, so a history made with another provider still pairs up.
 """
@@ -36,7 +37,8 @@ def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
         if m.content:
             block["content"] = m.content
         return "user", [block]
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    # the API refuses empty text blocks, and a turn whose text is only whitespace
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content.strip() else []
     if m.role == "assistant":
         blocks += [{"type": "tool_use", "id": _id(c.id), "name": c.name, "input": c.arguments} for c in m.tool_calls]
         return "assistant", blocks
@@ -69,6 +71,20 @@ def to_anthropic(system: str, messages: list[Message]) -> tuple[str, list[dict[s
     return "\n\n".join(systems), out
 
 
+def without_tool_blocks(messages: list[Message]) -> list[Message]:
+    """The history as plain text: the API refuses tool_use and tool_result blocks in a request without tools."""
+    out = []
+    for m in messages:
+        if m.role == "tool":
+            out.append(Message("user", f"[result of {m.name or 'a tool call'}] {m.content}"))
+        elif m.tool_calls:
+            calls = " ".join(f"[called {c.name} {json.dumps(c.arguments, ensure_ascii=False)}]" for c in m.tool_calls)
+            out.append(Message(m.role, f"{m.content}\n{calls}".strip()))
+        else:
+            out.append(m)
+    return out
+
+
 class AnthropicProvider(Provider):
     kind = "anthropic"
 
@@ -82,7 +98,7 @@ class AnthropicProvider(Provider):
         return {"anthropic-version": API_VERSION}
 
     def _body(self, system: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int) -> dict[str, Any]:
-        system_text, wire = to_anthropic(system, messages)
+        system_text, wire = to_anthropic(system, messages if tools else without_tool_blocks(messages))
         body: dict[str, Any] = {"model": self.model, "max_tokens": max_tokens, "messages": wire}
         if system_text:
             body["system"] = system_text
