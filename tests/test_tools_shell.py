@@ -105,7 +105,7 @@ TABLE = [
     ("rm -r --no-preserve-root /", "refuse"),
     ("rm -rf ../..", "refuse"),
     ("rm -rf $UNSET/*", "refuse"),
-    ("rm -rf $UNSET/.scratchpad", "ask"),
+    ("rm -rf $UNSET/.scratchpad", "refuse"),  # was ask: a computed rm target cannot be proven safe
     ("/bin/rm -rf /", "refuse"),
     ("\\rm -rf /", "refuse"),
     ("r''m -rf ~", "refuse"),

@@ -1,39 +1,51 @@
-"""Approval classes of shell commands: read-only runs free, anything else asks, a hard line is never crossed.
+"""Approval classes of shell commands: the courtesy layer that asks before destructive work in the workspace.
+
+This is not what confines a command: the kernel sandbox does (services/runner/sandbox/), so that a
+command misjudged here still cannot see or change what is not the agent's. This layer decides what
+runs without asking, what waits for a person's approval, and what never runs at all.
 
 ``classify(command, ctx)`` → (class, reason), class one of:
 
-- ``read``: every command in it is on the read-only list (ls, cat, grep, git status, …) with no
-  writing option and no redirection to a file;
+- ``read``: every command in it is read-only in the form used (shell_options.py lists, per command,
+  the options that only read; anything else asks), reads nothing the path rules object to, and
+  redirects output nowhere but /dev/null;
 - ``scratchpad``: as read, plus ``rm`` whose targets all resolve inside the agent's own
   ``.scratchpad/`` (the one free delete);
 - ``ask``: anything else (writes, deletes, network, installs, interpreters, unknown programs,
-  variables and substitutions computed at run time, control structures): runs once approved;
-- ``refuse``: the hard line, never run even when approved: rm -r of /, ~, *, a home or workspace root
-  or a system folder; mkfs and friends; dd/redirections onto devices; writes into /etc and other
-  system folders; shutdown/reboot/halt/poweroff; fork bombs; sudo/su/doas; a download piped or
-  substituted into a shell; kill -1; reading another process's /proc entries; any path inside
-  Starling's data folder (credentials, secrets) or another agent's private folder.
+  control structures): runs once approved;
+- ``refuse``: the hard line, never run even when approved: rm of /, ~, *, a home or workspace root,
+  a system folder, Starling's data or another agent's folder, or of a path the check cannot work out;
+  mkfs and friends; dd/redirections onto devices; writes into /etc and other system folders;
+  shutdown/reboot/halt/poweroff; fork bombs; sudo/su/doas; a download piped or substituted into a
+  shell; kill -1; reading another process's /proc entries; any path inside Starling's data folder or
+  another agent's private folder; a program whose name is computed when the command runs.
+
+It fails closed. A word the check cannot expand exactly as bash would asks: parameter expansion,
+command, process and arithmetic substitution, $'…', brace expansion ({a,b}, {a..z}), tilde forms
+other than ~ and ~user (~+, ~-, ~2), and pattern characters in a read-only command wherever bash could
+turn them into an option (-e[x]ec, a file named -exec matched by *); so do paths through /proc/self,
+/dev/fd and bash's /dev/tcp. The hard line is judged on what bash would run, every brace expansion
+and every program a pattern could name, and refuses when unsure.
 
 The command line is split on ; && || | & newlines, ( ), $( ), backticks and <( ) (shell_lex.py);
-each part is classed and the strictest wins. Wrappers (xargs, timeout, env, nohup, …) and
+each part is classed and the strictest wins. Wrappers (xargs, timeout, env, nohup, …), find -exec and
 ``bash -c``/``eval`` are looked through for the hard line.
-
-This is a guard against mistakes and naive prompt injection, not a sandbox: a command that asks can do
-anything the runner's OS user can once approved (a script can compute paths this check never sees),
-which is why the approval shows the command. Run Starling as its own user (or in a container).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from services.runner.tools.base import ToolContext
-from services.runner.tools.shell_lex import SUB, Op, ParseError, Word, expand_braces, lex
+from services.runner.tools.shell_lex import (
+    SUB, ParseError, Segment, TooMany, Word, expand_braces, glob_index, lex, segments,
+)
+from services.runner.tools.shell_options import READ_ONLY, git, judge
 from services.runner.tools.shell_paths import (
-    ASK, RANK, READ, REFUSE, SCRATCH, SINKS, Env, Verdict, check_words, env_for, real, resolve_targets,
-    under_system, word_values,
+    ASK, DESCRIPTOR_PATHS, FREE_SINK, HARMLESS_DEVICES, RANK, READ, REFUSE, SCRATCH, Env, Verdict, check_words,
+    env_for, expand, find_links, inside, odd_tilde, pattern_regex, resolve, resolve_targets, under_system,
+    word_values,
 )
 
 __all__ = ["classify", "READ", "SCRATCH", "ASK", "REFUSE", "RANK"]
@@ -42,24 +54,18 @@ MAX_COMMAND = 16 * 1024
 MAX_DEPTH = 6
 MAX_UNWRAP = 8
 
-READ_ONLY = frozenset("""
-    ls cat head tail wc grep egrep fgrep rg find pwd echo printf date whoami id uname df du stat file sort uniq
-    cut tr diff cmp comm basename dirname realpath readlink true false test [ seq nl tac rev tree md5sum
-    sha1sum sha256sum sha512sum cksum jq which type hostname uptime nproc printenv cd sleep column fold
-    expand unexpand paste join fmt od hexdump xxd strings locale getconf groups tty
-""".split())
-RECURSIVE_READERS = frozenset({"rg", "find", "du", "tree"})
-GIT_READ = frozenset({"status", "log", "diff", "show"})
 RESERVED = frozenset({"{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for",
                       "case", "esac", "select", "function", "time", "coproc", "in", "[[", "]]"})
 STRUCTURE = RESERVED - {"time"}
 WRAPPERS = frozenset({"nohup", "nice", "ionice", "timeout", "stdbuf", "env", "command", "builtin", "exec",
                       "xargs", "setsid", "watch", "strace", "ltrace", "chrt", "taskset", "unbuffer", "flock",
                       "parallel", "busybox", "chroot", "runuser", "script", "faketime", "proxychains", "torsocks"})
-AS_ROOT = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit"})
+AS_ROOT = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit", "sg", "newgrp"})
 POWER = frozenset({"shutdown", "reboot", "halt", "poweroff"})
 DISK = frozenset({"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted", "gdisk", "sgdisk", "cfdisk",
                   "blkdiscard", "badblocks"})
+MKFS = frozenset({"mkfs", "mkfs.ext2", "mkfs.ext3", "mkfs.ext4", "mkfs.xfs", "mkfs.btrfs", "mkfs.vfat", "mkfs.fat",
+                  "mkfs.msdos", "mkfs.minix", "mkfs.cramfs", "mkfs.bfs", "mkfs.exfat", "mkfs.ntfs", "mkfs.f2fs"})
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh", "ash", "busybox"})
 INTERPRETERS = SHELLS | frozenset({"python", "python2", "python3", "node", "nodejs", "ruby", "perl", "php",
                                    "deno", "bun", "lua", "tclsh", "pwsh", "Rscript", "osascript"})
@@ -68,11 +74,12 @@ _INTERPRETER_VERSION = re.compile(r"^(python|pypy|ruby|perl|php|node|lua)[\d.]*$
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
 _FORK_BOMB = re.compile(r"([^\s(){}|&;]+)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*\1")
 _DOWNLOAD_WORD = re.compile(r"\b(" + "|".join(sorted(DOWNLOADERS - {"GET"})) + r")\b")
-SAFE_VARS = frozenset({"PATH", "LANG", "TERM", "HOME", "PWD", "OLDPWD", "SHELL", "RANDOM", "SECONDS", "HOSTNAME",
-                       "BASH_VERSION", "LINENO", "?", "#", "@", "*", "$", "-", "0", "1", "2", "3", "4", "5",
-                       "6", "7", "8", "9"})
 RM_LITERALS = frozenset({"/", "/*", "~", "~/", "~/*", "*", ".", "./", "..", "../", "./*", "../*", ".*", "$HOME",
                          "${HOME}", "$HOME/", "$HOME/*", "${HOME}/*"})
+_DEST_LAST = frozenset({"cp", "mv", "ln", "install", "rsync", "scp"})
+_DEST_ALL = frozenset({"tee", "touch", "mkdir", "rmdir", "truncate", "shred", "chmod", "chown", "chgrp", "unlink",
+                       "mkfifo", "mknod", "sed", "patch", "split", "sponge"})
+_DELETERS = frozenset({"rmdir", "unlink", "shred"})
 _CATEGORIES = (
     ("deletes files", {"rm", "rmdir", "unlink", "shred", "truncate", "srm"}),
     ("changes files", {"mv", "cp", "mkdir", "touch", "chmod", "chown", "chgrp", "ln", "install", "tee", "dd",
@@ -87,6 +94,9 @@ _CATEGORIES = (
                                                  "podman", "kubectl", "source", ".", "eval"}),
     ("stops processes", {"kill", "pkill", "killall", "systemctl", "service"}),
 )
+# every program some hard-line rule is about: a pattern or brace form that could name one is judged as it
+HARD_NAMES = (AS_ROOT | POWER | DISK | MKFS | INTERPRETERS | DOWNLOADERS | WRAPPERS | _DEST_LAST | _DEST_ALL
+              | {"rm", "kill", "dd", "init", "telinit", "systemctl", "eval", "source", ".", "find"})
 
 
 # ---------------------------------------------------------------- commands
@@ -108,6 +118,11 @@ def _has_short(options: list[str], letters: str) -> bool:
     return any(o.startswith("-") and not o.startswith("--") and any(c in o[1:] for c in letters) for o in options)
 
 
+def _long_given(options: list[str], name: str) -> bool:
+    """--name, or a GNU abbreviation of it (--rec for --recursive)."""
+    return any(o.startswith("--") and len(o) > 2 and name.startswith(o[2:].split("=")[0]) for o in options)
+
+
 def _category(name: str) -> str:
     for reason, names in _CATEGORIES:
         if name in names:
@@ -117,12 +132,18 @@ def _category(name: str) -> str:
     return f"`{name}` is not on the read-only list"
 
 
-def _rm(args: list[Word], env: Env, verdict: Verdict, *, via_path: bool) -> None:
+def _could_be_option(word: Word) -> bool:
+    """A pattern whose expansion bash could start with '-' (*.txt can match a file named -exec.txt)."""
+    i = glob_index(word)
+    return i >= 0 and (i == 0 or word.text.startswith("-"))
+
+
+def _rm(args: list[Word], env: Env, verdict: Verdict, *, via_path: bool, name: str = "rm") -> None:
     options, targets = _split_options(args)
-    recursive = _has_short(options, "rR") or "--recursive" in options
-    if "--no-preserve-root" in options:
-        verdict.add(REFUSE, "rm --no-preserve-root")
-    scratch_ok = bool(targets) and not env.moved and not via_path
+    recursive = name == "rm" and (_has_short(options, "rR") or _long_given(options, "recursive"))
+    if _long_given(options, "no-preserve-root"):
+        verdict.add(REFUSE, f"{name} --no-preserve-root")
+    scratch_ok = name == "rm" and bool(targets) and not env.moved and not via_path
     allowed = {"-f", "-r", "-R", "-d", "-v", "--force", "--recursive", "--dir", "--verbose"}
     if any(o not in allowed and not (o.startswith("-") and not o.startswith("--") and set(o[1:]) <= set("frRdv"))
            for o in options):
@@ -131,12 +152,18 @@ def _rm(args: list[Word], env: Env, verdict: Verdict, *, via_path: bool) -> None
         raw = target.text
         if recursive and (raw in RM_LITERALS or (raw.rstrip("/") in ("~", "") and target.tilde)):
             verdict.add(REFUSE, f"rm -r {raw}")
-        if recursive and (target.vars or target.unknown):  # an unset $X in `rm -rf $X/*` is empty: /*
-            for value in word_values(target, env, guess=True, fill="") or []:
-                if value in RM_LITERALS or value.rstrip("/") == "" or Path(value) in env.protected:
-                    verdict.add(REFUSE, f"rm -r {raw} (if {raw} expands to {value!r})")
+        for value in word_values(target, env, guess=True, fill="") or []:
+            if recursive and (value in RM_LITERALS or value.rstrip("/") == "" or Path(value) in env.protected):
+                verdict.add(REFUSE, f"rm -r {raw} (if {raw} expands to {value!r})")
+        if word_values(target, env) is None or env.lost:
+            verdict.add(REFUSE, f"{name} of {raw}, a path worked out only when it runs: the check cannot prove it"
+                                " stays out of Starling's data, the homes and other agents' folders")
+            scratch_ok = False
+            continue
+        if _could_be_option(target):
+            scratch_ok = False
         resolved = resolve_targets(target, env)
-        if resolved is None:
+        if resolved is None:  # a pattern matching more than can be checked
             scratch_ok = False
             continue
         for path in resolved:
@@ -149,12 +176,7 @@ def _rm(args: list[Word], env: Env, verdict: Verdict, *, via_path: bool) -> None
     if scratch_ok:
         verdict.add(SCRATCH, "deletes files in the scratchpad")
     else:
-        verdict.add(ASK, "`rm` deletes files")
-
-
-_DEST_LAST = frozenset({"cp", "mv", "ln", "install", "rsync", "scp"})
-_DEST_ALL = frozenset({"tee", "touch", "mkdir", "rmdir", "truncate", "shred", "chmod", "chown", "chgrp", "unlink",
-                       "mkfifo", "mknod", "sed", "patch", "split", "sponge"})
+        verdict.add(ASK, f"`{name}` deletes files")
 
 
 def _destinations(name: str, args: list[Word], env: Env, verdict: Verdict) -> None:
@@ -167,86 +189,61 @@ def _destinations(name: str, args: list[Word], env: Env, verdict: Verdict) -> No
             if w.text in ("-t", "--target-directory") and i + 1 < len(args):
                 dests.append(args[i + 1])
             elif w.text.startswith("--target-directory="):
-                dests.append(replace(w, text=w.text.split("=", 1)[1]))
+                dests.append(w.tail(len("--target-directory=")))
     elif name in _DEST_ALL:
         dests = operands
     elif name == "dd":
-        dests = [replace(w, text=w.text[3:]) for w in args if w.text.startswith("of=")]
+        dests = [w.tail(3) for w in args if w.text.startswith("of=")]
     for word in dests:
         for path in resolve_targets(word, env, follow_last=True) or []:
-            if name == "dd" and str(path).startswith("/dev/") and str(path) not in SINKS:
+            if name == "dd" and str(path).startswith("/dev/") and str(path) not in HARMLESS_DEVICES:
                 verdict.add(REFUSE, f"dd onto a device ({path})")
             elif under_system(path):
                 verdict.add(REFUSE, f"writes into a system folder ({path})")
     if name in ("chmod", "chown", "chgrp"):
-        recursive = _has_short(options, "R") or "--recursive" in options
+        recursive = _has_short(options, "R") or _long_given(options, "recursive")
         for word in operands:
             for path in resolve_targets(word, env, follow_last=True) or []:
                 if path == Path("/") or (recursive and any(path == p or path in p.parents for p in env.protected)):
                     verdict.add(REFUSE, f"{name} of {path}, a home, workspace or system folder")
 
 
-def _read_only_exceptions(name: str, args: list[Word], verdict: Verdict, env: Env, depth: int) -> bool:
-    """True when a read-only command is used with an option that writes or runs something."""
-    options, operands = _split_options(args)
-    texts = [w.text for w in args]
-    if name in ("printf", "test", "[", "[[") and "-v" in texts:
-        return True  # bash evaluates a $(...) inside a -v array subscript
-    if name == "find":
-        risky = {"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"}
-        for i, t in enumerate(texts):
-            if t in ("-exec", "-execdir", "-ok", "-okdir"):
-                inner = []
-                for w in args[i + 1:]:
-                    if w.text in (";", "+"):
-                        break
-                    inner.append(w)
-                _refusals(inner, env, depth + 1, verdict)
-        return any(t in risky for t in texts)
-    if name == "sort":
-        return _has_short(options, "o") or any(o.startswith(("--output", "--compress-program")) for o in options)
-    if name == "uniq":
-        return len(operands) > 1
-    if name == "date":
-        return _has_short(options, "s") or any(o.startswith("--set") for o in options)
-    if name == "file":
-        return _has_short(options, "C") or "--compile" in options
-    if name == "rg":
-        return any(o.startswith("--pre") for o in options)
-    if name == "tree":
-        return _has_short(options, "o")
-    if name == "hostname":
-        return bool(operands)
-    if name == "xxd":
-        return len(operands) > 1  # xxd in out
-    return False
-
-
-def _recursive_read(name: str, args: list[Word]) -> bool:
-    options, _ = _split_options(args)
-    if name in RECURSIVE_READERS:
-        return True
-    if name in ("grep", "egrep", "fgrep"):
-        long = ("--recursive", "--dereference-recursive", "--directories=recurse")
-        return _has_short(options, "rR") or any(o.startswith(long) for o in options)
-    if name == "ls":
-        return _has_short(options, "R") or "--recursive" in options
-    return name not in READ_ONLY
-
-
-def _git(args: list[Word], verdict: Verdict) -> None:
-    if not args:
-        verdict.add(ASK, "`git` without a subcommand")
+def _read_only(name: str, args: list[Word], env: Env, verdict: Verdict, depth: int) -> None:
+    """A command on the read-only list: its options (shell_options.judge), patterns, recursion, find -exec."""
+    j = git(args) if name == "git" else judge(name, args)
+    for problem in j.problems:
+        verdict.add(ASK, f"`{name}`: {problem}")
+    for inner in j.inner:
+        _refusals(inner, env, depth + 1, verdict)
+    if name not in ("echo", "true", "false"):
+        for i, w in enumerate(args):
+            if (not j.getopt or j.options_end < 0 or i < j.options_end) and _could_be_option(w):
+                verdict.add(ASK, f"the pattern {w.text!r} could expand to an option-like file name (-exec);"
+                                 " quote it, or start it with ./")
+            elif w.glob and name in ("uniq", "xxd", "date", "hostname"):
+                verdict.add(ASK, f"the pattern {w.text!r} could add operands: `{name}` writes or sets extra ones")
+    check_words(j.paths, env, False, verdict)
+    if not (j.recursive or j.deletes):
         return
-    if args[0].text.startswith("-"):
-        verdict.add(ASK, "git with global options (-c, -C, --git-dir …)")
-        return
-    sub = args[0].text
-    risky = any(w.text.startswith(("--output", "--ext-diff", "--textconv", "-o")) for w in args[1:])
-    if sub in GIT_READ and not risky:
-        verdict.add(READ, "read-only")
-    else:
-        verdict.add(ASK, f"`git {sub}` changes the repository or uses the network")
+    starts = j.starts or [Word.plain(".")]
+    check_words(starts, env, True, verdict)
+    for start in starts:
+        targets = resolve_targets(start, env, follow_last=True)
+        if targets is None and j.deletes:
+            verdict.add(REFUSE, f"find -delete from {start.text}, worked out only when it runs: the check cannot"
+                                " prove it stays out of Starling's data, the homes and other agents' folders")
+        for path in targets or []:
+            if j.deletes and path != env.home and any(inside(p, path) for p in env.protected):
+                verdict.add(REFUSE, f"find -delete under {path}, a home, workspace or system folder")
+            if j.follows:
+                find_links(path, env, verdict)
+
+
+def _refusals(words: list[Word], env: Env, depth: int, verdict: Verdict) -> None:
+    """Look through a wrapper (xargs, timeout, find -exec …) at the command it runs: only its refusals count."""
+    probe = Verdict(only_refusals=True)
+    _command(words, env, probe, depth)
+    verdict.add(probe.level, probe.reason)
 
 
 def _shell_inner(name: str, args: list[Word], env: Env, verdict: Verdict, depth: int) -> None:
@@ -266,26 +263,46 @@ def _shell_inner(name: str, args: list[Word], env: Env, verdict: Verdict, depth:
         verdict.add(level, reason)
 
 
-def _refusals(words: list[Word], env: Env, depth: int, verdict: Verdict) -> None:
-    """Look through a wrapper (xargs, timeout, find -exec …) at the command it runs: only its refusals count."""
-    probe = Verdict(only_refusals=True)
-    _command(words, env, probe, depth)
-    verdict.add(probe.level, probe.reason)
+def program_names(word: Word, env: Env) -> set[str] | None:
+    """The program names a command word may run (a pattern: every hard-line name it could match, and what
+    it matches on disk now); None when the name is computed when it runs."""
+    if word.computed:
+        values = word_values(word, env)
+        if values is None or len(values) != 1:
+            return None
+        return {values[0].rsplit("/", 1)[-1]}
+    if not word.glob:
+        return {word.text.rsplit("/", 1)[-1]}
+    regex = pattern_regex(word.text.rsplit("/", 1)[-1])
+    names = {n for n in HARD_NAMES if regex.fullmatch(n)}
+    for cwd in env.cwds:
+        try:
+            names |= {p.name for p in expand(word.text, cwd, True, env)[1:]}
+        except TooMany:
+            pass
+    return names
 
 
 def _command(words: list[Word], env: Env, verdict: Verdict, depth: int, subs: list[str] | None = None) -> None:
-    """Class one simple command (assignments and reserved words already removed)."""
+    """Class one simple command (assignments and reserved words already removed, braces expanded)."""
     if not words:
         return
     first = words[0]
-    if first.unknown or SUB in first.text or first.vars:
-        verdict.add(ASK, "the command name is computed when it runs")
-        probe = Verdict(only_refusals=True)  # the hard line still applies to what follows: `$x -rf /`
-        _rm(words[1:], env, probe, via_path=True)
-        verdict.add(probe.level, probe.reason)
+    names = program_names(first, env)
+    if names is None:
+        verdict.add(REFUSE, f"the program to run ({_shown(first)}) is worked out only when the"
+                            " command runs, so it cannot be checked against the hard line; name it")
+        return
+    if first.glob:
+        verdict.add(ASK, f"the program to run is a pattern ({first.text})")
+        for name in sorted(names)[:32]:
+            _refusals([Word.plain(name), *words[1:]], env, depth + 1, verdict)
         return
     path_name = first.text
-    name = path_name.rsplit("/", 1)[-1] if "/" in path_name else path_name
+    if first.computed:
+        path_name = (word_values(first, env) or [path_name])[0]
+        verdict.add(ASK, f"the program to run comes from a variable ({first.text})")
+    name = path_name.rsplit("/", 1)[-1]
     via_path = "/" in path_name
     args = words[1:]
     if via_path:
@@ -306,9 +323,10 @@ def _command(words: list[Word], env: Env, verdict: Verdict, depth: int, subs: li
         if "-1" in texts[1:] or ("--" in texts and "-1" in texts[texts.index("--") + 1:]):
             verdict.add(REFUSE, "kill -1 signals every process")
             return
-    if name == "rm":
-        _rm(args, env, verdict, via_path=via_path)
-        return
+    if name == "rm" or name in _DELETERS:
+        _rm(args, env, verdict, via_path=via_path, name=name)
+        if name == "rm":
+            return
     _destinations(name, args, env, verdict)
     if name in WRAPPERS:
         if name in ("env",) and not args:
@@ -316,36 +334,43 @@ def _command(words: list[Word], env: Env, verdict: Verdict, depth: int, subs: li
             return
         verdict.add(ASK, f"`{name}` runs another command")
         for k in range(1, min(len(words), MAX_UNWRAP + 1)):
-            _refusals(words[k:], env, depth, verdict)
+            if not (words[k].text.startswith("-") or _assignment(words[k])):  # an option, or env's NAME=value
+                _refusals(words[k:], env, depth, verdict)
+        for w in args:  # watch 'cmd', env -S 'cmd', script -c 'cmd', flock f -c 'cmd': a command line in a word
+            if " " in w.text.strip() and not w.computed:
+                level, reason = _classify(w.text, env, depth + 1)
+                if level == REFUSE:
+                    verdict.add(level, reason)
         return
+    if _runs_code(name) and _downloads(args, subs):
+        verdict.add(REFUSE, "runs a downloaded script in a shell or interpreter")
     if name in SHELLS or name == "eval":
         verdict.add(ASK, _category(name))
-        if subs is not None and any(SUB in w.text and any(_DOWNLOAD_WORD.search(subs[i]) for i in w.subs)
-                                    for w in args):
-            verdict.add(REFUSE, "runs a downloaded script in a shell")
         _shell_inner(name, args, env, verdict, depth)
         return
-    if name in ("source", "."):
-        if subs is not None and any(any(_DOWNLOAD_WORD.search(subs[i]) for i in w.subs) for w in args):
-            verdict.add(REFUSE, "runs a downloaded script in a shell")
-        verdict.add(ASK, _category(name))
-        return
     if name == "cd":
-        _cd(args, env)
+        _cd(args, env, verdict)
         return
-    if name == "git":
-        _git(args, verdict)
-        return
-    if name in READ_ONLY and not via_path:
-        if _read_only_exceptions(name, args, verdict, env, depth):
-            verdict.add(ASK, f"`{name}` with an option that writes files or runs commands")
+    if (name in READ_ONLY or name == "git") and not via_path:
+        _read_only(name, args, env, verdict, depth)
         return
     verdict.add(ASK, _category(name))
 
 
-def _cd(args: list[Word], env: Env) -> None:
-    _, operands = _split_options(args)
+def _runs_code(name: str) -> bool:
+    return name in INTERPRETERS or name in ("source", ".", "eval") or bool(_INTERPRETER_VERSION.match(name))
+
+
+def _downloads(words: list[Word], subs: list[str] | None) -> bool:
+    """Some word holds a substitution that downloads ($(curl …), <(wget …))."""
+    return subs is not None and any(_DOWNLOAD_WORD.search(subs[i]) for w in words for i in w.subs)
+
+
+def _cd(args: list[Word], env: Env, verdict: Verdict) -> None:
+    options, operands = _split_options(args)
     env.moved = True
+    if options:
+        verdict.add(ASK, "cd with options")
     if not operands:
         env.cwds = [env.home]
         return
@@ -354,52 +379,30 @@ def _cd(args: list[Word], env: Env) -> None:
         env.lost = True
         return
     value = values[0]
-    new = [real(Path(value) if value.startswith("/") else cwd / value) for cwd in env.cwds]
+    new = [resolve(Path(value) if value.startswith("/") else cwd / value, cwd)[0] for cwd in env.cwds]
     env.cwds = list(dict.fromkeys(env.cwds + new))[:8]  # a cd in a subshell may not last: keep both
+    env.seen = list(dict.fromkeys(env.seen + new))[:16]
 
 
-# ---------------------------------------------------------------- segments
+# ---------------------------------------------------------------- simple commands and redirections
 
 
-@dataclass
-class Segment:
-    words: list[Word] = field(default_factory=list)
-    redirects: list[tuple[str, Word | None]] = field(default_factory=list)
-    pipeline: int = 0
+def _inexact(word: Word) -> str | None:
+    """Why bash's expansion of a word cannot be known here (None: it can)."""
+    if word.ansi:
+        return f"uses $'…' quoting ({word.text})"
+    if word.unknown or SUB in word.text:
+        return "uses values computed when it runs (substitutions, ${…}, $((…)))"
+    if word.vars:
+        return f"uses variables (${sorted(word.vars)[0]})"
+    tilde = odd_tilde(word)
+    if tilde:
+        return f"uses {tilde}, which bash reads from the shell's state ($PWD, $OLDPWD, the directory stack)"
+    return None
 
 
-_SEPARATORS = {";", "&&", "||", "&", ";;", ";&", ";;&", "(", ")"}
-_PIPES = {"|", "|&"}
-
-
-def _segments(tokens: list) -> tuple[list[Segment], bool]:
-    segments = [Segment()]
-    structured = False
-    pipeline = 0
-    pending: str | None = None
-    for tok in tokens:
-        if isinstance(tok, Op):
-            base = tok.text.lstrip("0123456789")
-            if pending is not None:  # an operator where a redirection's target should be
-                segments[-1].redirects.append((pending, None))
-                pending = None
-            if base in _PIPES:
-                segments.append(Segment(pipeline=pipeline))
-            elif base in _SEPARATORS:
-                if base in ("(", ")", ";;", ";&", ";;&"):
-                    structured = True
-                pipeline += 1
-                segments.append(Segment(pipeline=pipeline))
-            else:
-                pending = tok.text
-        elif pending is not None:
-            segments[-1].redirects.append((pending, tok))
-            pending = None
-        else:
-            segments[-1].words.append(tok)
-    if pending is not None:
-        segments[-1].redirects.append((pending, None))
-    return [s for s in segments if s.words or s.redirects], structured
+def _shown(word: Word) -> str:
+    return word.text.replace(SUB, "$(…)")
 
 
 def _redirects(seg: Segment, env: Env, verdict: Verdict) -> None:
@@ -412,22 +415,55 @@ def _redirects(seg: Segment, env: Env, verdict: Verdict) -> None:
             # bash expands $(...) and backticks in a here-document's body whatever quotes or # it holds
             verdict.add(ASK, "a here-document (its text is expanded when the command runs)")
             continue
-        if base in (">&", "<&") and (target.text.isdigit() or target.text == "-"):
-            continue  # 2>&1: a descriptor, not a file
-        if target.unknown or SUB in target.text:
-            verdict.add(ASK, f"redirects to a place computed when it runs ({op})")
+        if base in (">&", "<&") and re.fullmatch(r"\d*-?", target.text) and not target.computed:
+            continue  # 2>&1, >&-: a descriptor, not a file
+        why = _inexact(target) or ("a pattern" if target.glob else None)
+        try:
+            if why is None and expand_braces(target) != [target]:
+                why = "a brace expansion"
+        except TooMany:
+            why = "a brace expansion"
+        if why:
+            verdict.add(ASK, f"redirects to a place worked out when it runs ({op} {_shown(target)}: {why})")
         check_words([target], env, False, verdict)
         if base in ("<", "<<<"):
             continue
-        for path in resolve_targets(target, env, follow_last=True) or []:
-            if str(path) in SINKS:
-                continue
-            if str(path).startswith("/dev/"):
-                verdict.add(REFUSE, f"writes onto a device ({path})")
-            elif under_system(path):
-                verdict.add(REFUSE, f"writes into a system folder ({path})")
-        if target.text not in SINKS:
-            verdict.add(ASK, f"writes to a file ({op} {target.text})")
+        free = True
+        for value in word_values(target, env, guess=True) or [""]:
+            for cwd in env.cwds:
+                lexical = value if value.startswith("/") else str(cwd / value)
+                resolved = resolve(Path(lexical), cwd)[0]
+                if lexical == FREE_SINK and str(resolved) == FREE_SINK:
+                    continue
+                free = False
+                if lexical in HARMLESS_DEVICES or lexical.startswith(DESCRIPTOR_PATHS):
+                    continue
+                if lexical.startswith("/dev/") or str(resolved).startswith("/dev/"):
+                    verdict.add(REFUSE, f"writes onto a device ({lexical})")
+                elif under_system(resolved):
+                    verdict.add(REFUSE, f"writes into a system folder ({resolved})")
+        if not free or why:
+            verdict.add(ASK, f"writes to a file ({op} {_shown(target)})")
+
+
+def _expanded(words: list[Word], verdict: Verdict) -> list[Word]:
+    """The words after bash's brace expansion (the first step of its word expansion)."""
+    out: list[Word] = []
+    for w in words:
+        try:
+            alternatives = expand_braces(w)
+        except TooMany:
+            verdict.add(REFUSE, f"a brace expansion ({w.text}) makes more words than can be checked")
+            alternatives = [w]
+        if alternatives != [w]:
+            verdict.add(ASK, f"uses brace expansion ({w.text}), which bash turns into other words")
+        out += alternatives
+    return out
+
+
+def _assignment(word: Word) -> bool:
+    m = _ASSIGN.match(word.text)
+    return bool(m) and set(word.mask[: m.end()]) == {"u"}
 
 
 def _segment(seg: Segment, env: Env, verdict: Verdict, depth: int, subs: list[str]) -> None:
@@ -436,31 +472,47 @@ def _segment(seg: Segment, env: Env, verdict: Verdict, depth: int, subs: list[st
         if words[0].text in STRUCTURE:
             verdict.add(ASK, "uses shell control structures (loops, conditions, groups, functions)")
         words = words[1:]
-    if any(w.brace for w in words):
-        expanded: list[Word] = []
-        for w in words:
-            values = expand_braces(w.text) if w.brace else [w.text]
-            expanded += [replace(w, text=v, brace=False) for v in values]
-        words = expanded
     assignments = []
-    while words and _ASSIGN.match(words[0].text) and not words[0].text.startswith("="):
+    while words and _assignment(words[0]):
         assignments.append(words[0])
         words = words[1:]
     for w in assignments:
-        name, _, value = w.text.partition("=")
-        values = word_values(replace(w, text=value, tilde=value.startswith("~")), env)
-        env.assigned[name.rstrip("+")] = values[0] if values and len(values) == 1 else ""
+        name = w.text.partition("=")[0]
+        values = word_values(w.tail(len(name) + 1), env)
+        if values and len(values) == 1:
+            env.assigned[name.rstrip("+")] = values[0]
         verdict.add(ASK, "sets shell variables")
-    name = words[0].text.rsplit("/", 1)[-1] if words else ""
-    check_words(assignments + words, env, _recursive_read(name, words[1:]) if words else False, verdict)
-    for w in words:
-        if w.unknown or SUB in w.text:
-            verdict.add(ASK, "uses values computed when it runs (substitutions, $'…', ${…})")
-        unsafe = w.vars - SAFE_VARS - set(env.assigned)
-        if unsafe:
-            verdict.add(ASK, f"uses variables (${sorted(unsafe)[0]})")
+    words = _expanded(words, verdict)
+    for w in assignments + words:
+        why = _inexact(w)
+        if why:
+            verdict.add(ASK, why)
+    named = words[1:] if words and "/" not in words[0].text else words  # a program name is looked up in PATH
+    check_words(assignments + named, env, False, verdict)
     _redirects(seg, env, verdict)
+    fed = [t for _, t in seg.redirects if t is not None]
+    if words and any(_runs_code(n) for n in program_names(words[0], env) or ()) and _downloads(fed, subs):
+        verdict.add(REFUSE, "feeds a download to a shell or interpreter (bash <<< \"$(curl …)\", sh < <(wget …))")
     _command(words, env, verdict, depth, subs)
+
+
+def _pipeline_names(seg: Segment, env: Env) -> set[str]:
+    """The programs a segment may run, looking past reserved words, assignments and wrappers."""
+    words = [w for w in seg.words if not (w.text in RESERVED and not w.quoted)]
+    while words and _ASSIGN.match(words[0].text):
+        words = words[1:]
+    try:
+        words = [a for w in words for a in expand_braces(w)]
+    except TooMany:
+        return set()
+    while words:
+        names = program_names(words[0], env) or set()
+        if names & (WRAPPERS | AS_ROOT):
+            words = [w for w in words[1:] if not w.text.startswith("-") and not _ASSIGN.match(w.text)
+                     and not w.text.replace(".", "").isdigit()]
+            continue
+        return names
+    return set()
 
 
 # ---------------------------------------------------------------- entry points
@@ -497,36 +549,22 @@ def _classify(command: str, env: Env, depth: int) -> tuple[str, str]:
     for inner in subs:
         level, reason = _classify(inner, env, depth + 1)
         verdict.add(level, reason)
-    segments, structured = _segments(tokens)
+    parts, structured = segments(tokens)
     if structured:
         verdict.add(ASK, "uses shell control structures (subshells, case)")
     pipelines: dict[int, list[Segment]] = {}
-    for seg in segments:
+    for seg in parts:
         pipelines.setdefault(seg.pipeline, []).append(seg)
+    runs = INTERPRETERS | {"source", ".", "eval"}
     for group in pipelines.values():
-        names = [_name(seg) for seg in group]
-        for i, n in enumerate(names):
-            if n in DOWNLOADERS and any(m in INTERPRETERS or m in ("source", ".", "eval") for m in names[i + 1:]):
-                verdict.add(REFUSE, f"pipes a download ({n}) into a shell or interpreter")
-    for seg in segments:
+        names = [_pipeline_names(seg, env) for seg in group]
+        for i, found in enumerate(names):
+            downloads = found & DOWNLOADERS
+            if downloads and any(later & runs for later in names[i + 1:]):
+                verdict.add(REFUSE, f"pipes a download ({sorted(downloads)[0]}) into a shell or interpreter")
+    for seg in parts:
         _segment(seg, env, verdict, depth, subs)
     return verdict.level, verdict.reason
-
-
-def _name(seg: Segment) -> str:
-    """The program a segment runs, looking past reserved words, assignments and wrappers."""
-    words = [w for w in seg.words if not (w.text in RESERVED and not w.quoted)]
-    while words and _ASSIGN.match(words[0].text):
-        words = words[1:]
-    while words:
-        name = words[0].text.rsplit("/", 1)[-1]
-        if name in WRAPPERS or name in AS_ROOT:
-            rest = [w for w in words[1:] if not w.text.startswith("-") and not _ASSIGN.match(w.text)
-                    and not w.text.replace(".", "").isdigit()]
-            words = rest
-            continue
-        return name
-    return ""
 
 
 def classify(command: str, ctx: ToolContext) -> tuple[str, str]:

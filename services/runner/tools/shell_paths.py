@@ -1,32 +1,41 @@
 """What a shell command's words point at: the agent's folders (Env), words as paths, the path rules.
 
-Used by classify.py. A word becomes the paths it may name (``values``: $HOME, ~, assigned variables,
-brace and pathname expansion within a budget), and ``check_words`` applies the path rules: inside
-Starling's data folder or another agent's private folder is refused; another process's /proc entries
-are refused; the agents' folder, the runner's own home and recursive reads through a folder holding
-those ask. Both the lexical path and its resolution (symlinks followed) are checked.
+Used by classify.py. A word becomes the strings it may stand for (``word_values``: brace expansion,
+``~`` and ``~user``, ``~+``/``~-``, $HOME/$PWD, assigned variables; exactly, or as guesses for the hard
+line), a string becomes the paths it names (pattern expansion within a budget, symbolic links followed
+the way the kernel would from the command's working folder, ``/proc/self/cwd`` read as that folder),
+and ``check_words`` applies the path rules: inside Starling's data folder or another agent's private
+folder is refused; another process's /proc entries are refused; /proc/self, /dev/fd, /dev/std*, bash's
+/dev/tcp and /dev/udp, the agents' folder, the runner's own home, and recursive reads through a folder
+holding data/, agents/ or other agents' folders ask.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import glob
+import itertools
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.personas import SCRATCHPAD
 from services.runner.tools.base import ToolContext
 from services.runner.tools.confine import private_dir
-from services.runner.tools.shell_lex import SUB, Word, expand_braces
+from services.runner.tools.shell_lex import SUB, TooMany, Word, expand_braces
 
 READ, SCRATCH, ASK, REFUSE = "read", "scratchpad", "ask", "refuse"
 RANK = {READ: 0, SCRATCH: 1, ASK: 2, REFUSE: 3}
 MAX_GLOB = 256
-GLOB_BUDGET = 5000  # directory entries pattern expansion may look at in one check
-PROC_PID = re.compile(r"^/proc/(\d+|self|thread-self)/")
-SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/1", "/dev/fd/2", "/dev/zero"})
+MAX_VALUES = 64  # strings one word may stand for before the rest are dropped (guesses) or unknown (exact)
+GLOB_BUDGET = 5000  # directory entries pattern expansion and link walks may look at in one check
+MAX_HOPS = 40  # symbolic links followed in one path, as the kernel does
+PROC_PID = re.compile(r"^/proc/(\d+)(/|$)")
+FREE_SINK = "/dev/null"  # the one place a redirection may write without asking
+HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/1", "/dev/fd/2",
+                              "/dev/zero"})  # written to, they ask; other devices are refused
+NETWORK_DEVICES = ("/dev/tcp", "/dev/udp")
+DESCRIPTOR_PATHS = ("/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
 SYSTEM_DIRS = tuple(Path(p) for p in ("/etc", "/boot", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64",
                                       "/libx32", "/sys", "/proc", "/dev", "/var/lib", "/root"))
 TOP_DIRS = tuple(Path(p) for p in ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/var",
@@ -63,7 +72,8 @@ class Env:
     protected: tuple[Path, ...]  # rm -r of any of these, or of an ancestor of one, is refused
     workspace: Path = Path("/")
     user_home: Path | None = None  # the runner's own home folder (~/.ssh, ~/.aws …): reads there ask
-    cwds: list[Path] = field(default_factory=list)
+    cwds: list[Path] = field(default_factory=list)  # where the command may be now (real paths)
+    seen: list[Path] = field(default_factory=list)  # every folder it may have been in ($OLDPWD, ~-)
     moved: bool = False  # a cd happened: relative rm targets are no longer trusted as scratchpad
     lost: bool = False  # a cd to somewhere unknown: relative paths cannot be checked
     assigned: dict[str, str] = field(default_factory=dict)
@@ -86,68 +96,192 @@ def env_for(ctx: ToolContext) -> Env:
     return Env(home=home, scratch=home / SCRATCHPAD, data=data, workspace=real(paths.workspace_dir),
                user_home=None if user_home == Path("/") else user_home,
                data_text=tuple({str(paths.data_dir.absolute()), str(data)}), agents=real(paths.agents_dir),
-               private_root=real(paths.private_root), protected=tuple(protected), cwds=[home])
+               private_root=real(paths.private_root), protected=tuple(protected), cwds=[home], seen=[home])
 
 
 def inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-# ---------------------------------------------------------------- words as paths
+# ---------------------------------------------------------------- words as strings
 
 
 GUESS = "0"  # stands for what a check cannot know (a variable, a substitution's output): looks like a pid
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_VAR = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*|[?$!#@*\-0-9])")
+
+
+def tilde_prefixes(word: Word) -> list[tuple[int, int]]:
+    """(start, end) of each tilde prefix bash expands: the word's start, and in NAME=… words the value's
+    start and each part after an unquoted ``:``. A prefix runs to the next unquoted / (or :) and is only
+    expanded when none of it is quoted or computed."""
+    t, m = word.text, word.mask
+    starts = [0] if word.tilde else []
+    assignment = _ASSIGNMENT.match(t)
+    if assignment and "q" not in m[: assignment.end()] and "x" not in m[: assignment.end()]:
+        starts += [i for i in range(assignment.end(), len(t))
+                   if t[i] == "~" and m[i] == "u" and (i == assignment.end() or (t[i - 1] == ":" and m[i - 1] == "u"))]
+    spans = []
+    for start in starts:
+        end = start + 1
+        while end < len(t) and not (m[end] == "u" and (t[end] == "/" or (assignment and t[end] == ":"))):
+            end += 1
+        if set(m[start:end]) == {"u"}:
+            spans.append((start, end))
+    return spans
+
+
+def tilde_values(prefix: str, env: Env, guess: bool) -> list[str] | None:
+    """What ``~prefix`` becomes: ~ the home; ~user from the user database; ~+ $PWD; ~- $OLDPWD; ~N the
+    directory stack. None when it cannot be known exactly (unless guessing)."""
+    if prefix == "":
+        return [str(env.home)]
+    if prefix in ("+", "+0", "-0", "0"):
+        if len(env.cwds) == 1 and not env.lost:
+            return [str(env.cwds[0])]
+        return [str(c) for c in env.cwds] if guess else None
+    if prefix == "-" or re.fullmatch(r"[+-]?\d+", prefix):
+        return [str(c) for c in env.seen] + ["~" + prefix] if guess else None  # unset: the word stays as it is
+    expanded = os.path.expanduser("~" + prefix)
+    return [expanded]  # an unknown user: the word stays as it is, as bash leaves it
+
+
+def odd_tilde(word: Word) -> str | None:
+    """The first tilde prefix that is not ~ or ~user (~+, ~-, ~2 …): bash reads it from the shell's state."""
+    for start, end in tilde_prefixes(word):
+        prefix = word.text[start + 1 : end]
+        if prefix and (prefix[0] in "+-" or prefix.isdigit()):
+            return "~" + prefix
+    return None
 
 
 def word_values(word: Word, env: Env, *, guess: bool = False, fill: str = GUESS) -> list[str] | None:
-    """The literal strings a word stands for (brace-expanded, $HOME and ~ replaced); None if unknowable.
-
-    With ``guess``, unknowable parts become GUESS instead, so that the rest of the path is still checked
-    (``/proc/$$/../1/environ`` is /proc/1/environ whatever $$ is); ``fill`` is what they become."""
-    if (word.unknown or SUB in word.text) and not guess:
+    """The strings a word stands for after brace, tilde and parameter expansion (before pattern expansion);
+    None if not exactly knowable. Exactly known: literals, ~ and ~user, $HOME, and $PWD and ~+ while the
+    working folder is known. With ``guess``, everything else becomes its possible values (an assigned
+    variable's value, every folder the command may be in) and ``fill`` (an unknown variable or a
+    substitution's output), so that the rest of the path is still checked: ``/proc/$$/../1/environ``
+    is /proc/1/environ whatever $$ is."""
+    try:
+        alternatives = expand_braces(word)
+    except TooMany:
         return None
-    text = word.text.replace(SUB, fill)
-    for name in sorted(word.vars, key=len, reverse=True):
-        if name == "HOME":
-            value = str(env.home)
-        elif name == "PWD" and len(env.cwds) == 1:
-            value = str(env.cwds[0])
-        elif name in env.assigned:
-            value = env.assigned[name]
-        elif guess:
-            value = fill
-        else:
+    out: list[str] = []
+    for alt in alternatives:
+        values = _values(alt, env, guess, fill)
+        if values is None:
             return None
-        text = text.replace("${" + name + "}", value).replace("$" + name, value)
-    if word.tilde:
-        if text == "~" or text.startswith("~/"):
-            text = str(env.home) + text[1:]
-        else:
-            text = os.path.expanduser(text)  # ~user: bash asks the user database too
-            if text.startswith("~"):
+        out += values
+    return out[:MAX_VALUES] if guess else (out if len(out) <= MAX_VALUES else None)
+
+
+def _values(word: Word, env: Env, guess: bool, fill: str) -> list[str] | None:
+    if (word.unknown or word.ansi) and not guess:
+        return None
+    t, m = word.text, word.mask
+    spans = dict(tilde_prefixes(word))
+    parts: list[list[str]] = []
+    i = 0
+    while i < len(t):
+        if i in spans:
+            values = tilde_values(t[i + 1 : spans[i]], env, guess)
+            if values is None:
                 return None
-    return expand_braces(text) if word.brace else [text]
+            parts.append(values)
+            i = spans[i]
+            continue
+        if m[i] not in "xo":
+            j = i
+            while j < len(t) and m[j] not in "xo" and j not in spans:
+                j += 1
+            parts.append([t[i:j]])
+            i = j
+            continue
+        var = _VAR.match(t, i) if t[i] == "$" else None
+        if var is None or m[i + 1 : i + 2] == "o":  # a substitution, ${…} with operators, $[…]
+            if not guess:
+                return None
+            parts.append([fill])
+            i += 2 if m[i + 1 : i + 2] == "o" else 1
+            continue
+        values = _var_values(var.group(1).strip("{}"), env, guess, fill)
+        if values is None:
+            return None
+        parts.append(values)
+        i = var.end()
+    out = []
+    for combo in itertools.islice(itertools.product(*parts), MAX_VALUES + 1):
+        out.append("".join(combo))
+    if len(out) > MAX_VALUES and not guess:
+        return None
+    return out[:MAX_VALUES] or [""]
+
+
+def _var_values(name: str, env: Env, guess: bool, fill: str) -> list[str] | None:
+    if name == "HOME":
+        return [str(env.home)]
+    if name == "PWD" and len(env.cwds) == 1 and not env.lost:
+        return [str(env.cwds[0])]
+    if not guess:
+        return None  # an assignment earlier on the line may not have run: not exact
+    if name == "PWD":
+        return [str(c) for c in env.cwds]
+    if name == "OLDPWD":
+        return [str(c) for c in env.seen] + [fill]
+    if name in env.assigned:
+        return [env.assigned[name], fill]
+    return [fill]
+
+
+# ---------------------------------------------------------------- strings as paths
 
 
 KEY = re.compile(r"^-{0,2}[A-Za-z_][\w.-]*\+?$")
 
 
 def path_forms(value: str) -> list[str]:
-    """The path a word may name: all of it, or what follows KEY= in --file=PATH, if=PATH, VAR=PATH."""
+    """The paths a word may name: all of it; what follows KEY= in --file=PATH, if=PATH, VAR=PATH; and
+    for an option cluster (-f./x), what follows each of its letters."""
+    forms = [value]
     key, sep, rest = value.partition("=")
     if sep and KEY.match(key):
-        return [rest] if rest else []
-    return [value]
+        forms = [rest] if rest else []
+    if value.startswith("-") and not value.startswith("--"):
+        forms += [value[k:] for k in range(2, min(len(value), 64)) if "/" in value[k:] or value[k:] in (".", "..")]
+    return forms + [f[1:] for f in forms if f.startswith("@")]  # curl -d @file, strings @file
+
+
+def pattern_regex(part: str) -> re.Pattern[str]:
+    """A bash pattern as a regex that matches at least what bash would ([…] matches any character)."""
+    out, i = [], 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[" and "]" in part[i + 2 :]:
+            out.append(".")
+            i = part.index("]", i + 2)
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out), re.S)
+
+
+def _magic(part: str) -> bool:
+    return "*" in part or "?" in part or ("[" in part and "]" in part[part.index("[") + 1 :])
 
 
 def expand_glob(pattern: Path, env: Env) -> list[Path]:
-    """What bash's pathname expansion gives for an absolute pattern, looking at no more than GLOB_BUDGET
-    directory entries in one check (it must stay fast: `/*/*/*/x` would walk the whole disk)."""
+    """What bash's pathname expansion may give for an absolute pattern (a superset), looking at no more than
+    GLOB_BUDGET directory entries in one check (it must stay fast: `/*/*/*/x` would walk the whole disk)."""
     found = [Path(pattern.anchor)]
     for part in pattern.parts[1:]:
-        if not glob.has_magic(part):
+        if not _magic(part):
             found = [f / part for f in found]
             continue
+        regex = pattern_regex(part)
         matched = []
         for folder in found:
             try:
@@ -156,8 +290,7 @@ def expand_glob(pattern: Path, env: Env) -> list[Path]:
                         env.budget -= 1
                         if env.budget < 0:
                             raise TooMany()
-                        if (not entry.name.startswith(".") or part.startswith(".")) and fnmatch.fnmatchcase(
-                                entry.name, part):
+                        if (not entry.name.startswith(".") or part.startswith(".")) and regex.fullmatch(entry.name):
                             matched.append(folder / entry.name)
             except OSError:
                 continue
@@ -165,46 +298,119 @@ def expand_glob(pattern: Path, env: Env) -> list[Path]:
     return [f for f in found if os.path.lexists(f)][:MAX_GLOB]
 
 
-class TooMany(Exception):
-    """A pattern matched more than a check may look at."""
-
-
 def expand(value: str, cwd: Path, globbed: bool, env: Env) -> list[Path]:
     absolute = Path(value) if value.startswith("/") else cwd / value
     paths = [absolute]
-    if globbed and glob.has_magic(value):
+    if globbed and _magic(value):
         paths += expand_glob(absolute, env)
     return paths
 
 
-def check_path(path: Path, env: Env, recursive: bool, verdict: Verdict) -> None:
+def resolve(path: Path, cwd: Path) -> tuple[Path, bool]:
+    """Where the kernel would land for ``path`` (absolute), following symbolic links and .. as it goes;
+    and whether it went through /proc/self (or /proc/thread-self, /dev/fd …), read as the *command's*
+    process: its cwd is ``cwd``, its root is /, anything else there is not known (the path stops)."""
+    todo = list(path.parts[1:])
+    out, through_self, hops = Path("/"), False, MAX_HOPS
+    mine = str(os.getpid())
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            out = out.parent
+            continue
+        if out == Path("/proc") and part in ("self", "thread-self", mine):
+            through_self = True
+            while todo[:1] == ["task"] and len(todo) > 1:
+                todo = todo[2:]  # /proc/self/task/<tid>/cwd is the same folder
+            if todo[:1] == ["cwd"]:
+                out, todo = cwd, todo[1:]
+                continue
+            if todo[:1] == ["root"]:
+                out, todo = Path("/"), todo[1:]
+                continue
+            return out.joinpath(part, *todo), True
+        nxt = out / part
+        if out == Path("/proc") and part.isdigit():
+            return nxt.joinpath(*todo), through_self  # another process: refused as it is, not followed
+        try:
+            st = os.lstat(nxt)
+        except OSError:
+            out = nxt
+            continue
+        if stat.S_ISLNK(st.st_mode) and hops > 0:
+            hops -= 1
+            try:
+                target = Path(os.readlink(nxt))
+            except OSError:
+                out = nxt
+                continue
+            if target.is_absolute():
+                out = Path("/")
+                todo = list(target.parts[1:]) + todo
+            else:
+                todo = list(target.parts) + todo
+            continue
+        out = nxt
+    return out, through_self
+
+
+def _squash(text: str) -> str:
+    """The path with empty and . components dropped (``//proc/./self`` is /proc/self); .. kept."""
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    return "/" + "/".join(parts)
+
+
+def check_path(path: Path, env: Env, recursive: bool, verdict: Verdict, cwd: Path | None = None) -> None:
+    """Apply the path rules (see the module doc) to one path; each path once per command."""
     key = (str(path), recursive)
-    if key in env.checked:
-        return
-    env.checked.add(key)
+    if key not in env.checked:
+        env.checked.add(key)
+        _judge(path, env, recursive, verdict, cwd)
+
+
+def _judge(path: Path, env: Env, recursive: bool, verdict: Verdict, cwd: Path | None) -> None:
+    raw = _squash(str(path))
+    if raw.startswith(NETWORK_DEVICES):
+        verdict.add(ASK, f"opens a network connection ({raw}, bash's network redirection)")
+    resolved, through_self = resolve(path, cwd or env.home)
     lexical = Path(os.path.normpath(path))
-    for form in (lexical, real(path)):
+    for form in (lexical, resolved):
+        text = str(form)
+        if text.startswith(("/proc/self", "/proc/thread-self")) or text.startswith(DESCRIPTOR_PATHS):
+            through_self = True
+    if through_self or raw.startswith(DESCRIPTOR_PATHS):
+        verdict.add(ASK, f"names the running process's own details ({raw}), which the check cannot follow")
+    for form in (lexical, resolved):
         text = str(form)
         if inside(form, env.data):
             verdict.add(REFUSE, f"touches Starling's data folder ({text})")
-        elif env.private_root in form.parents and not inside(form, env.home):
+        elif env.private_root in form.parents and not inside(form, env.home) and _agent_folder(form, env):
             verdict.add(REFUSE, f"touches another agent's private folder ({text})")
-        elif PROC_PID.match(text + "/") and not text.startswith(("/proc/self", "/proc/thread-self")):
+        elif PROC_PID.match(text) and PROC_PID.match(text).group(1) != str(os.getpid()):
             verdict.add(REFUSE, f"reads another process's details ({text}), which may hold secrets")
         elif inside(form, env.agents):
             verdict.add(ASK, f"reads the agents' persona folder ({text})")
         elif env.user_home is not None and inside(form, env.user_home) and not inside(form, env.workspace):
             verdict.add(ASK, f"reads the runner's home folder ({text}), which may hold keys and tokens")
-        elif recursive and (form == Path("/") or inside(form, Path("/proc")) or Path("/proc").is_relative_to(form)):
+        elif recursive and (form == Path("/") or inside(form, Path("/proc"))):
             verdict.add(REFUSE, f"reads recursively through /proc ({text}), where other processes' secrets live")
-        elif recursive and any(form in p.parents or form == p for p in (env.data, env.private_root, env.agents)):
+        elif recursive and any(inside(p, form) for p in (env.data, env.private_root, env.agents)):
             verdict.add(ASK, f"reads recursively through {text}, which holds Starling's data or other agents' files")
+
+
+def _agent_folder(path: Path, env: Env) -> bool:
+    """Whether a path under private/ is in an agent's folder that exists (a word is not a path just because
+    the working folder is private/)."""
+    return os.path.lexists(env.private_root / path.relative_to(env.private_root).parts[0])
 
 
 def check_words(words: list[Word], env: Env, recursive: bool, verdict: Verdict) -> None:
     for word in words:
         values = word_values(word, env, guess=True)
         if values is None:
+            verdict.add(ASK, f"the expansion of {word.text!r} makes too many words to check")
             continue
         for value in values:
             if env.lost and not value.startswith("/"):
@@ -217,7 +423,32 @@ def check_words(words: list[Word], env: Env, recursive: bool, verdict: Verdict) 
                         verdict.add(ASK, f"the pattern {form!r} matches too many files to check")
                         expanded = [cwd / form]
                     for path in expanded:
-                        check_path(path, env, recursive, verdict)
+                        check_path(path, env, recursive, verdict, cwd)
+
+
+def find_links(start: Path, env: Env, verdict: Verdict) -> None:
+    """For readers that follow symbolic links as they recurse (grep -R, diff -r, find -L …): ask when a
+    link under ``start`` leads out to where the path rules object, or when there are too many entries."""
+    stack = [start]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    env.budget -= 1
+                    if env.budget < 0:
+                        verdict.add(ASK, f"follows symbolic links through more files under {start} than it can check")
+                        return
+                    if entry.is_symlink():
+                        target, _ = resolve(Path(entry.path), env.home)
+                        probe = Verdict()
+                        _judge(target, env, True, probe, None)
+                        if probe.level != READ:
+                            verdict.add(ASK, f"follows a symbolic link to {target} ({entry.path})")
+                    elif entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+        except OSError:
+            continue
 
 
 def resolve_targets(word: Word, env: Env, *, follow_last: bool = False) -> list[Path] | None:
@@ -237,11 +468,11 @@ def resolve_targets(word: Word, env: Env, *, follow_last: bool = False) -> list[
                 return None
             for path in expanded:
                 if follow or path.name in ("", ".", ".."):
-                    out.append(real(path))
+                    out.append(resolve(path, cwd)[0])
                 else:
-                    out.append(real(path.parent) / path.name)
+                    out.append(resolve(path.parent, cwd)[0] / path.name)
     return out
 
 
 def under_system(path: Path) -> bool:
-    return str(path) not in SINKS and any(inside(path, d) for d in SYSTEM_DIRS)
+    return str(path) not in HARMLESS_DEVICES and any(inside(path, d) for d in SYSTEM_DIRS)
