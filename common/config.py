@@ -11,6 +11,7 @@ import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import Meta, field
@@ -299,6 +300,37 @@ def referenced_secrets(cfg: Config) -> dict[str, str]:
     for platform, names in secret_fields.items():
         for i, gw in enumerate(getattr(cfg.gateways, platform)):
             for attr in names:
+                found.setdefault(getattr(gw, attr), f"gateways.{platform}[{i}].{attr}")
+    return found
+
+
+_SECRETS_BY_MODE = {  # which secrets each gateway mode reads at start; the others are never resolved
+    ("telegram", "polling"): ("token",),
+    ("telegram", "webhook"): ("token", "secret_token"),
+    ("slack", "socket"): ("bot_token", "app_token"),
+    ("slack", "events"): ("bot_token", "signing_secret"),
+    ("whatsapp", "cloud"): ("access_token", "app_secret", "verify_token"),
+    ("whatsapp", "linked"): (),
+}
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def is_local_url(url: str) -> bool:
+    """Whether a base_url points at this machine (localhost, 127.0.0.1, ::1): such a model server may need no key."""
+    return (urlsplit(url).hostname or "") in LOCAL_HOSTS
+
+
+def required_secrets(cfg: Config) -> dict[str, str]:
+    """The secret names that must resolve for this config to run, mapped to the first key naming each: a
+    gateway's secrets for its mode only (a polling bot needs no webhook secret), and no provider key for a
+    model server on this machine (providers send no auth header then). `referenced_secrets` keeps them all."""
+    found: dict[str, str] = {}
+    for name, provider in cfg.providers.items():
+        if not is_local_url(provider.base_url):
+            found.setdefault(provider.api_key, f"providers.{name}.api_key")
+    for platform in ("telegram", "slack", "whatsapp"):
+        for i, gw in enumerate(getattr(cfg.gateways, platform)):
+            for attr in _SECRETS_BY_MODE[(platform, gw.mode)]:
                 found.setdefault(getattr(gw, attr), f"gateways.{platform}[{i}].{attr}")
     return found
 

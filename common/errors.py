@@ -48,6 +48,21 @@ class SchemaTooNew(StarlingError):
         )
 
 
+class DatabaseUnusable(StarlingError):
+    """The database file is damaged or is not a SQLite database: the writer will not start on it. The
+    message names the file, what is wrong and the way out."""
+
+    def __init__(self, db_file: Path | str, problem: str) -> None:
+        self.db_file = db_file
+        self.problem = problem
+        backups = Path(db_file).parent / "backups"
+        super().__init__(
+            f"{db_file}: {problem}; Starling will not start on it. Stop Starling, then restore a backup over it"
+            f" (a copy made by `starling backup`, in {backups}/), or move it aside with its -wal and -shm"
+            " files to start with an empty database"
+        )
+
+
 class SchemaNotReady(StarlingError):
     """The database is missing or not yet migrated to this code's version."""
 

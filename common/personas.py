@@ -1,4 +1,5 @@
-"""Persona packs: an agent's folder of Markdown and TOML files, created from defaults or copied, and listed."""
+"""Persona packs: an agent's folder of Markdown and TOML files, created from defaults or copied, and listed;
+the schema of a pack's config.toml and skills.toml, and their validation (the runner and doctor share it)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import os
 import re
 import secrets
 import shutil
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from common.config import ID_PATTERN
-from common.errors import StarlingError
+from common.errors import ConfigError, StarlingError
 from common.home import Paths, fsync_dir, make_private_dir, write_private_file
 
 _ID = re.compile(ID_PATTERN)
@@ -20,7 +24,63 @@ SKILLS_DIR = "skills"
 SCRATCHPAD = ".scratchpad"
 FRESH_ON_COPY = ("MEMORY.md",)  # an agent's memories are its own: a copy starts with an empty one
 
-DEFAULT_TOOLS = ("files", "shell", "memory", "recall", "send", "cron", "jobs")
+DEFAULT_TOOLS = ("files", "shell", "memory", "recall", "send", "cron", "jobs")  # every tool group there is
+APPROVAL_MODES = ("ask", "auto", "deny")
+MAX_APPROVAL_TTL_S = 7 * 86400
+
+
+class Approval(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    mode: str = "ask"  # ask | auto (never ask: for trusted, sandboxed setups) | deny (refuse what would ask)
+    ttl_s: float = 24 * 3600.0  # how long a question waits for the person before it expires (at most 7 days)
+
+
+class AgentSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """agents/<id>/config.toml."""
+
+    provider: str = "default"
+    model: str = ""
+    tools: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_TOOLS))
+    approval: Approval = msgspec.field(default_factory=Approval)
+    max_steps: int = 12  # model calls in one turn before it is cut short
+
+
+class SkillsFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """agents/<id>/skills.toml."""
+
+    skills: list[str] = []
+
+
+def load_settings(folder: Path) -> AgentSettings:
+    """A pack's config.toml (defaults when absent); ConfigError names the file, the key and what was expected."""
+    path = Path(folder) / "config.toml"
+    settings = decode_toml(path, AgentSettings) or AgentSettings()
+    if settings.approval.mode not in APPROVAL_MODES:
+        raise ConfigError(path, "approval.mode", f"expected ask, auto or deny, got {settings.approval.mode!r}")
+    if not 0 < settings.approval.ttl_s <= MAX_APPROVAL_TTL_S:
+        raise ConfigError(path, "approval.ttl_s",
+                          f"expected seconds in (0, {MAX_APPROVAL_TTL_S}], got {settings.approval.ttl_s!r}")
+    return settings
+
+
+def load_skills_file(folder: Path) -> SkillsFile:
+    """A pack's skills.toml (none when absent); ConfigError like load_settings."""
+    return decode_toml(Path(folder) / "skills.toml", SkillsFile) or SkillsFile()
+
+
+def decode_toml(path: Path, type_):
+    """The TOML file at ``path`` as ``type_``; None when there is no file."""
+    if not path.exists():
+        return None
+    try:
+        return msgspec.convert(tomllib.loads(path.read_text(encoding="utf-8")), type=type_)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, "-", f"not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(path, "-", "not UTF-8 text") from None
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        key = message.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in message else "-"
+        raise ConfigError(path, key, message.split(" - at ")[0]) from None
 
 
 @dataclass(frozen=True)

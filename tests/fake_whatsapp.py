@@ -48,6 +48,8 @@ Cloud API behaviour (checked against Meta's documentation and its mirrors; the f
     "caption"?, "filename"? (document), "voice"? (audio)}; "unsupported" carries errors [131051]. Statuses {"id",
     "status", "timestamp", "recipient_id", "conversation"?, "pricing"?, "errors"? (failed)}: one per delivery
     unless batch=True, in any order asked.
+  - GET /{phone_number_id}[?fields=a,b] -> {"id", "display_phone_number", "verified_name", "quality_rating",
+    "code_verification_status"} (only the fields asked for, and id).
   - The GET handshake: hub.mode=subscribe, hub.verify_token, hub.challenge; expected: 200 + challenge, else 403.
 
 Test-side controls (FakeWhatsApp's methods; FakeWhatsAppProcess's are the same, synchronous, except that its
@@ -832,6 +834,11 @@ class FakeWhatsApp:
             if parts[1] == "messages":
                 return self._messages(parts[0], await _json_body(request), rec)
             return await self._upload(parts[0], request)
+        if len(parts) == 1 and method == "GET" and parts[0] in self.numbers:  # a business number's own fields
+            number = {"id": parts[0], "display_phone_number": self.numbers[parts[0]], "verified_name": "Fake Business",
+                      "quality_rating": "GREEN", "code_verification_status": "VERIFIED"}
+            fields = request.query.get("fields")
+            return {k: v for k, v in number.items() if not fields or k == "id" or k in fields.split(",")}
         if len(parts) == 1 and method in ("GET", "DELETE"):
             self._scripted("media", None)
             m = self._media.get(parts[0])

@@ -18,7 +18,7 @@ def test_a_database_newer_than_the_code_is_refused_with_a_clear_message(home):
     code = proc.popen.wait(20)
     proc.stop()
     text = proc.log_text()
-    assert (1, True, True) == (code, "is newer than this Starling knows" in text, str(home.paths.db_file) in text)
+    assert (78, True, True) == (code, "is newer than this Starling knows" in text, str(home.paths.db_file) in text)
 
 
 def test_the_writer_backfills_a_recall_index_that_misses_turns(home):

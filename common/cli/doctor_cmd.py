@@ -1,24 +1,31 @@
-"""`starling doctor`: checks of config, secrets, file modes, database, disk, the sandbox, the control address and
-supervisord, each ok/warn/fail."""
+"""`starling doctor [--deep] [--fix]`: checks of config, secrets, file modes, agent packs, database, disk, the
+sandbox, the control address and port, and each service's state, each ok/warn/fail; `--deep` also calls the
+model and each gateway's API once (common/probes.py), `--fix` repairs first (common/cli/doctor_fix.py)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import errno
 import shutil
+import socket
 import stat
+import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import apsw
 
-from common import db, health, sandbox
-from common.cli import output
-from common.config import Config, is_loopback, load_config, referenced_secrets
-from common.errors import ConfigError, SchemaTooNew, StarlingError
+from common import db, health, personas, probes, sandbox
+from common.cli import doctor_fix, output
+from common.config import Config, is_local_url, is_loopback, load_config, required_secrets
+from common.errors import ConfigError, DatabaseUnusable, SchemaTooNew, StarlingError
 from common.home import Paths, paths_for, resolve_home
 from common.secrets import env_names, list_secrets
-from common.stores import db_store, schema_store
-from common.supervisor import Supervisor
+from common.stores import beat_store, db_store, schema_store
+from common.supervisor import Supervisor, expected_services
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 COMMON_ENV = ("PATH", "HOME", "USER", "SHELL", "PWD", "LANG", "TERM")
@@ -38,6 +45,12 @@ def register(verbs) -> None:
         "doctor", help="check config, secrets, file modes, database, disk and services",
         description="Each check is ok, warn or fail with a one-line reason; exit 1 when any fails.",
     )
+    doctor.add_argument("--deep", action="store_true",
+                        help="also try each model (a one-token answer) and each gateway's API (getMe, auth.test,"
+                             " the WhatsApp phone number)")
+    doctor.add_argument("--fix", action="store_true",
+                        help="first repair file modes, missing folders and a missing default agent, and say what"
+                             " changed")
     doctor.add_argument("--json", action="store_true", help="print JSON for scripts")
     doctor.set_defaults(func=cmd_doctor)
 
@@ -46,7 +59,9 @@ def register(verbs) -> None:
 
 
 def check_secrets(cfg: Config, paths: Paths) -> list[Check]:
-    used = referenced_secrets(cfg)
+    """The secrets this config reads when it runs (required_secrets: a gateway's for its mode, no key for a
+    model server on this machine) must resolve; a secret named like a shell variable is a trap."""
+    used = required_secrets(cfg)
     try:
         infos = list_secrets(paths.secrets_file, used)
     except StarlingError as exc:
@@ -58,8 +73,14 @@ def check_secrets(cfg: Config, paths: Paths) -> list[Check]:
         checks.append(Check("secrets", FAIL, f"{name!r} ({used[name]}) is not set: `starling secret set {name}"
                                              f" --value-stdin`, or env {plain} / {prefixed}"))
     if not missing:
-        checks.append(Check("secrets", OK, f"all {len(used)} referenced secrets resolve" if used
-                            else "config refers to no secrets"))
+        checks.append(Check("secrets", OK, f"all {len(used)} secrets this config needs resolve" if used
+                            else "this config needs no secrets"))
+    for name, provider in cfg.providers.items():
+        if is_local_url(provider.base_url) and provider.api_key not in used:
+            known = {i.name: i.source for i in infos}
+            if known.get(provider.api_key, "missing") == "missing":
+                checks.append(Check("secrets", OK, f"providers.{name}: no key set, none needed: {provider.base_url}"
+                                                   " is on this machine, so no auth header is sent"))
     for info in infos:
         plain = env_names(info.name)[0]
         if plain in COMMON_ENV:
@@ -73,7 +94,7 @@ def _mode(path: Path) -> int:
 
 
 def check_modes(paths: Paths) -> list[Check]:
-    private_dirs = (paths.data_dir, paths.run_dir, paths.credentials_dir)
+    private_dirs = (paths.data_dir, paths.run_dir, paths.credentials_dir, paths.agents_dir)
     private_files = (paths.secrets_file, paths.control_token_file, paths.session_secret_file, paths.db_file)
     checks = []
     looked = 0
@@ -120,16 +141,20 @@ def check_database(cfg: Config, paths: Paths) -> list[Check]:
                                                     " the writer migrates it when it starts"))
             else:
                 checks.append(Check("schema", OK, f"version {current}"))
-            problems = db_store.integrity_check(conn, quick=True)
-        if problems == ["ok"]:
-            checks.append(Check("integrity", OK, f"{db_file.name}: quick_check ok"))
-        else:
-            checks.append(Check("integrity", FAIL, f"{db_file.name}: {'; '.join(problems[:3])}"
-                                                   + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")))
+            db.check_database(conn, db_file)  # the writer's check at boot, run to the end
+        checks.append(Check("integrity", OK, f"{db_file.name}: quick_check ok"))
+    except DatabaseUnusable as exc:  # the same words as the writer's refusal
+        checks.append(Check("integrity", FAIL, str(exc)))
+    except db.UNUSABLE_ERRORS as exc:
+        checks.append(Check("integrity", FAIL, str(db.unusable(db_file, exc))))
     except apsw.Error as exc:
         checks.append(Check("integrity", FAIL, f"{db_file}: {exc}"))
     finally:
         conn.close()
+    refused = db.refusal(db_file)
+    if refused and all(c.status != FAIL for c in checks):
+        checks.append(Check("database", FAIL, f"the writer refused it at its last start: {refused};"
+                                              " once it is fixed, restart Starling (`starling down`, `starling up`)"))
     wal = Path(str(db_file) + "-wal")
     wal_mb = health.wal_bytes(db_file) / MB
     limit = cfg.health.wal_warn_threshold_mb
@@ -186,13 +211,145 @@ def check_control(cfg: Config) -> Check:
     return Check("control", OK, f"listens on {listen}, loopback only")
 
 
-def check_supervisor(paths: Paths) -> Check:
+def check_agents(cfg: Config, paths: Paths) -> list[Check]:
+    """The agents folder, and each agent's pack: the default agent and every agent a gateway names must have
+    one; each pack's files present, its config.toml and skills.toml valid, its provider configured."""
+    folder = paths.agents_dir
+    if not folder.is_dir():
+        return [Check("agents", FAIL, f"{folder} (agents_dir) does not exist: `starling doctor --fix` creates it"
+                                      f" with the {doctor_fix.DEFAULT_AGENT!r} agent")]
+    wanted = {doctor_fix.DEFAULT_AGENT: "`starling chat` and cron jobs by default"}
+    for platform in ("telegram", "slack", "whatsapp"):
+        for i, gw in enumerate(getattr(cfg.gateways, platform)):
+            wanted.setdefault(gw.agent, f"gateways.{platform}[{i}].agent")
+    packs = {pack.id: pack for pack in personas.list_packs(paths)}
+    checks = []
+    for agent in sorted(set(wanted) - set(packs)):
+        fix = "`starling doctor --fix` or " if agent == doctor_fix.DEFAULT_AGENT else ""
+        checks.append(Check("agents", FAIL, f"agent {agent!r} (used by {wanted[agent]}) has no pack at"
+                                            f" {folder / agent}: {fix}`starling agent new {agent}`"))
+    for pack in packs.values():
+        checks += _check_pack(cfg, pack)
+    return checks
+
+
+def _check_pack(cfg: Config, pack: personas.PackInfo) -> list[Check]:
+    name = f"agent {pack.id!r}"
+    try:
+        settings = personas.load_settings(pack.path)
+        skills = personas.load_skills_file(pack.path).skills
+    except ConfigError as exc:
+        return [Check("agents", FAIL, str(exc))]
+    except OSError as exc:
+        return [Check("agents", FAIL, f"{pack.path}: cannot read: {exc.strerror}")]
+    checks = []
+    if settings.provider not in cfg.providers:
+        checks.append(Check("agents", FAIL, f"{pack.path / 'config.toml'}: provider = {settings.provider!r}: no"
+                                            f" [providers.{settings.provider}] in config.toml (configured:"
+                                            f" {', '.join(sorted(cfg.providers)) or 'none'})"))
+    unknown = [t for t in settings.tools if t not in personas.DEFAULT_TOOLS]
+    if unknown:
+        checks.append(Check("agents", WARN, f"{pack.path / 'config.toml'}: tools: unknown {', '.join(map(repr, unknown))}"
+                                            f" (ignored); expected some of {', '.join(personas.DEFAULT_TOOLS)}"))
+    lacking = [s for s in skills if s not in pack.skills]
+    if lacking:
+        checks.append(Check("agents", WARN, f"{pack.path / 'skills.toml'}: no skills/<name>/SKILL.md for"
+                                            f" {', '.join(map(repr, lacking))} (not offered)"))
+    if pack.missing:
+        checks.append(Check("agents", WARN, f"{name}: {', '.join(pack.missing)} missing in {pack.path} (the runner"
+                                            " goes on without them: defaults for config.toml)"))
+    if not checks:
+        model = settings.model or cfg.providers[settings.provider].model
+        checks.append(Check("agents", OK, f"{name}: pack complete; provider {settings.provider} ({model}),"
+                                          f" approval {settings.approval.mode}, {len(pack.skills)} skills"))
+    return checks
+
+
+def check_services(cfg: Config, paths: Paths) -> list[Check]:
+    """With supervisord up, every service the config expects is RUNNING and still beating."""
+    sup = Supervisor(paths)
+    if not sup.reachable():
+        return [Check("services", WARN, "not running — start with `starling up`")]
+    try:
+        states = {p.name: p for p in sup.processes()}
+    except StarlingError as exc:
+        return [Check("services", FAIL, str(exc))]
+    beats = _beats(paths)
+    stale_s = health.STALE_AFTER_BEATS * cfg.health.heartbeat_interval_ms / 1000
+    checks, running = [], []
+    for name in expected_services(cfg):
+        info = states.get(name)
+        if info is None:
+            checks.append(Check("services", FAIL, f"{name} is not known to supervisord (the config changed since"
+                                                  " `starling up`? run `starling down` and `starling up`)"))
+        elif info.state == "STARTING":
+            checks.append(Check("services", WARN, f"{name} is starting"))
+        elif info.state != "RUNNING":
+            checks.append(Check("services", FAIL, f"{name} is {info.state}" + (f" ({info.description})"
+                                                  if info.description else "") + f": see `starling logs {name}`"))
+        elif (beat := beats.get(name)) and beat.pid == info.pid and time.time() - beat.beat_at > stale_s:
+            checks.append(Check("services", WARN, f"{name} runs but has not reported for"
+                                                  f" {time.time() - beat.beat_at:.0f} s: see `starling logs {name}`"))
+        else:
+            running.append(name)
+    if running:
+        checks.insert(0, Check("services", OK, f"{len(running)} running: {', '.join(running)}"))
+    return checks
+
+
+def _beats(paths: Paths) -> dict[str, beat_store.Beat]:
+    if not paths.db_file.exists():
+        return {}
+    try:
+        conn = db.open_reader(paths.db_file)
+    except (StarlingError, apsw.Error):
+        return {}
+    try:
+        with db.read_tx(conn):
+            return {b.service: b for b in beat_store.all_beats(conn)}
+    except apsw.Error:
+        return {}
+    finally:
+        conn.close()
+
+
+def check_control_port(cfg: Config, paths: Paths) -> Check:
+    """Starling up: the control service answers /livez on its port. Down: the port is free for `up`."""
+    listen = cfg.control.listen
+    host, _, port = listen.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
     if Supervisor(paths).reachable():
-        return Check("services", OK, "supervisord is running")
-    return Check("services", WARN, "not running — start with `starling up`")
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/livez"
+        try:
+            with urllib.request.urlopen(url, timeout=3) as resp:  # noqa: S310 - a loopback URL of our config
+                return Check("control port", OK, f"control answers on {listen} (/livez {resp.status})")
+        except urllib.error.HTTPError as exc:
+            return Check("control port", FAIL, f"{listen} answers /livez with HTTP {exc.code}: another program?")
+        except OSError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            return Check("control port", FAIL, f"nothing answers on {listen} ({reason}): see `starling logs control`")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return Check("control port", FAIL, f"{listen} is held by another program, so control could not"
+                                                   " start: stop it, or set another [control] listen")
+            return Check("control port", FAIL, f"cannot listen on {listen}: {exc.strerror}")
+    return Check("control port", OK, f"{listen} is free")
 
 
-def run_checks(home: Path) -> list[Check]:
+def check_deep(cfg: Config, paths: Paths) -> list[Check]:
+    """One live call to each model provider and each gateway's API (common/probes.py)."""
+    found = asyncio.run(probes.probe_all(cfg, paths.secrets_file, paths.whatsapp_dir))
+    return [Check("model" if p.name.startswith("model ") else "gateway", OK if p.ok else FAIL,
+                  f"{p.name.split(' ', 1)[1] if p.name.startswith('model ') else p.name}: {p.reason}")
+            for p in found]
+
+
+def run_checks(home: Path, deep: bool = False) -> list[Check]:
     config_file = home / "config.toml"
     try:
         cfg = load_config(config_file)
@@ -202,11 +359,15 @@ def run_checks(home: Path) -> list[Check]:
     paths = paths_for(home, cfg)
     checks += check_secrets(cfg, paths)
     checks += check_modes(paths)
+    checks += check_agents(cfg, paths)
     checks += check_database(cfg, paths)
     checks += check_disk(cfg, paths)
     checks.append(check_sandbox(cfg))
     checks.append(check_control(cfg))
-    checks.append(check_supervisor(paths))
+    checks.append(check_control_port(cfg, paths))
+    checks += check_services(cfg, paths)
+    if deep:
+        checks += check_deep(cfg, paths)
     return checks
 
 
@@ -215,11 +376,17 @@ def run_checks(home: Path) -> list[Check]:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
-    checks = run_checks(home)
+    fixed = doctor_fix.fix(home) if args.fix else []
+    checks = run_checks(home, deep=args.deep)
     failed = any(c.status == FAIL for c in checks)
     if args.json:
-        output.emit_json({"home": str(home), "ok": not failed, "checks": [asdict(c) for c in checks]})
+        output.emit_json({"home": str(home), "ok": not failed, "checks": [asdict(c) for c in checks],
+                          "fixed": fixed})
         return 1 if failed else 0
+    for line in fixed:
+        print(output.paint("fixed", "green") + "  " + line)
+    if args.fix:
+        print(("nothing to fix" if not fixed else f"{len(fixed)} fixed") + "\n")
     width = max(len(c.name) for c in checks)
     for c in checks:
         print(output.paint(c.status.ljust(4), _STATUS_COLOUR[c.status]) + "  " + c.name.ljust(width) + "  " + c.reason)

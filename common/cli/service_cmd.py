@@ -41,6 +41,8 @@ def preflight(ctx: Context) -> None:
         conn = db.open_reader(ctx.paths.db_file)
         try:
             schema_store.check_not_newer(conn, ctx.paths.db_file)
+        except db.UNUSABLE_ERRORS as exc:  # not a database at all; damage deeper in is the writer's check
+            raise db.unusable(ctx.paths.db_file, exc) from None
         finally:
             conn.close()
     return cfg
@@ -63,7 +65,7 @@ def cmd_up(args) -> int:
     ready, waiting = wait_ready(ctx, sup, expected, started, args.timeout)
     elapsed = time.time() - started
     if waiting:
-        output.error(f"not ready after {args.timeout:.0f}s: {', '.join(waiting)}")
+        output.error(f"not ready after {elapsed:.0f}s: {', '.join(waiting)}")
         for name in waiting:
             print(f"  {name}: {why_not_ready(ctx, sup, name)}")
         print("Services keep running under supervisord; see `starling status`, `starling logs SERVICE`,"
@@ -94,7 +96,7 @@ def wait_ready(ctx: Context, sup: Supervisor, expected: list[str], since: float,
         ready = [n for n in expected if _is_ready(beats.get(n), pids.get(n), since)]
         waiting = [n for n in expected if n not in ready]
         given_up = all(states.get(n) == "FATAL" for n in waiting)  # supervisord stopped retrying them
-        if not waiting or given_up or time.monotonic() >= deadline:
+        if not waiting or given_up or _refused_since(ctx, since) or time.monotonic() >= deadline:
             if reader is not None:
                 reader.close()
             return ready, waiting
@@ -105,8 +107,31 @@ def _is_ready(beat, pid: int | None, since: float) -> bool:
     return bool(beat and pid and beat.pid == pid and beat.state in UP_STATES and beat.beat_at >= since - 1)
 
 
+def _refused_since(ctx: Context, since: float) -> bool:
+    """The writer refused the database during this start: nothing will become ready."""
+    try:
+        return db.refusal_file(ctx.paths.db_file).stat().st_mtime >= since - 1
+    except FileNotFoundError:
+        return False
+
+
+def _refused(ctx: Context, info) -> str | None:
+    """Why the writer is down for good: it refused the database, at its last start (not one before the
+    start now in progress, which removes the refusal once it opens the file)."""
+    refusal = db.refusal_file(ctx.paths.db_file)
+    try:
+        at = refusal.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    if info is not None and info.pid and info.state in ("RUNNING", "STARTING") and at < info.started - 1:
+        return None
+    return db.refusal(ctx.paths.db_file)
+
+
 def why_not_ready(ctx: Context, sup: Supervisor, name: str) -> str:
     info = next((p for p in sup.processes() if p.name == name), None)
+    if name == "writer" and (refused := _refused(ctx, info)):
+        return f"REFUSED: {refused}"
     state = f"{info.state} ({info.description})" if info else "unknown to supervisord"
     log = ctx.paths.logs_dir / f"{name}.log"
     tail = ""
@@ -196,11 +221,14 @@ def cmd_status(args) -> int:
     expected = expected_services(ctx.cfg)
     names = list(dict.fromkeys([*expected, *processes]))
     rows = []
+    refused = _refused(ctx, processes.get("writer"))
     for name in names:
         info, beat = processes.get(name), beats.get(name)
         state = info.state if info else ("not running" if not running else "unknown")
         if name.startswith("gateway-") and name not in expected and state in ("STOPPED", "not running"):
             state = "not configured"
+        if name == "writer" and refused:
+            state = "REFUSED"
         rows.append({
             "service": name,
             "state": state,
@@ -209,10 +237,11 @@ def cmd_status(args) -> int:
             "heartbeat": beat.state if beat else None,
             "last_beat_s_ago": round(now - beat.beat_at, 1) if beat else None,
             "restarts": beat.starts - 1 if beat else None,
-            "detail": beat.detail if beat else (info.description if info else ""),
+            "detail": refused if name == "writer" and refused else
+            beat.detail if beat else (info.description if info else ""),
         })
     if args.json:
-        output.emit_json({"home": str(ctx.home), "supervisord": running, "services": rows})
+        output.emit_json({"home": str(ctx.home), "supervisord": running, "services": rows, "refused": refused})
         return 0
     print(f"Starling home {ctx.home}: supervisord {'running' if running else 'not running'}")
     print(output.table(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import apsw
 
 WRITER_PRAGMAS = (
@@ -97,6 +99,20 @@ def checkpoint(conn: apsw.Connection, mode: str) -> tuple[int, int, int]:
 def integrity_check(conn: apsw.Connection, quick: bool = False) -> list[str]:
     """["ok"] when the file is sound, else SQLite's list of problems."""
     return [row[0] for row in conn.execute(QUICK_CHECK if quick else INTEGRITY_CHECK)]
+
+
+def quick_check_within(conn: apsw.Connection, seconds: float | None) -> list[str] | None:
+    """quick_check, given at most ``seconds`` (None: no bound); None when it was cut short."""
+    if seconds is None:
+        return integrity_check(conn, quick=True)
+    deadline = time.monotonic() + seconds
+    conn.set_progress_handler(lambda: time.monotonic() >= deadline, 10_000)  # a true return interrupts
+    try:
+        return integrity_check(conn, quick=True)
+    except apsw.InterruptError:
+        return None
+    finally:
+        conn.set_progress_handler(None)
 
 
 def size_bytes(conn: apsw.Connection) -> int:

@@ -10,34 +10,14 @@ from __future__ import annotations
 
 import os
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
-from common.errors import ConfigError, StarlingError
-from common.personas import DEFAULT_TOOLS
+from common.errors import StarlingError
+from common.personas import AgentSettings, load_settings, load_skills_file
 
 PROMPT_FILES = ("IDENTITY.md", "SOUL.md", "AGENTS.md", "USER.md", "MEMORY.md")
 FILE_LIMIT = 64 * 1024  # bytes of one pack file taken into the prompt
-
-
-class Approval(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    mode: str = "ask"  # ask | auto (never ask: for trusted, sandboxed setups) | deny (refuse what would ask)
-    ttl_s: float = 24 * 3600.0  # how long a question waits for the person before it expires (at most 7 days)
-
-
-class AgentSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
-    provider: str = "default"
-    model: str = ""
-    tools: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_TOOLS))
-    approval: Approval = msgspec.field(default_factory=Approval)
-    max_steps: int = 12  # model calls in one turn before it is cut short
-
-
-class SkillsFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    skills: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -113,37 +93,19 @@ def _stamp(folder: Path) -> tuple:
 def load(agent: str, folder: Path) -> Persona:
     if not folder.is_dir():
         raise StarlingError(f"agent {agent!r} has no persona pack at {folder}; create it with `starling agent new {agent}`")
-    settings = _decode(folder / "config.toml", AgentSettings) or AgentSettings()
-    if settings.approval.mode not in ("ask", "auto", "deny"):
-        raise ConfigError(folder / "config.toml", "approval.mode", f"expected ask, auto or deny, got {settings.approval.mode!r}")
-    if not 0 < settings.approval.ttl_s <= 7 * 86400:
-        raise ConfigError(folder / "config.toml", "approval.ttl_s",
-                          f"expected seconds in (0, 604800], got {settings.approval.ttl_s!r}")
+    settings = load_settings(folder)
     sections = []
     for name in PROMPT_FILES:
         path = folder / name
         text = path.read_text(encoding="utf-8", errors="replace")[:FILE_LIMIT] if path.exists() else ""
         sections.append((name, text))
-    wanted = (_decode(folder / "skills.toml", SkillsFile) or SkillsFile()).skills
+    wanted = load_skills_file(folder).skills
     skills = {}
     for name in wanted:
         path = folder / "skills" / name / "SKILL.md"
         if path.exists():
             skills[name] = Skill(name, _description(path), path)
     return Persona(agent, folder, settings, sections, skills)
-
-
-def _decode(path: Path, type_):
-    if not path.exists():
-        return None
-    try:
-        return msgspec.convert(tomllib.loads(path.read_text(encoding="utf-8")), type=type_)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, "-", f"not valid TOML: {exc}") from None
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        key = message.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in message else "-"
-        raise ConfigError(path, key, message.split(" - at ")[0]) from None
 
 
 def _description(skill_file: Path) -> str:

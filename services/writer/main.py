@@ -24,6 +24,7 @@ from common.service import Service, boot, notify_systemd, watchdog_interval_s
 from common.stores import db_store, keys_store, schema_store
 from schema import messages as m
 from services.writer import apply as ops
+from services.writer import startup
 from services.writer.maintenance import Maintenance
 
 POLL_MAX_MS = 200
@@ -387,28 +388,29 @@ def hold_writer_lock(svc: Service) -> int:
     return fd
 
 
-def open_database(svc: Service) -> apsw.Connection:
-    conn = db.open_writer(svc.paths.db_file, svc.cfg.writer.busy_timeout_ms)
-    before, after = schema_store.migrate(
-        conn, svc.paths.db_file, progress=lambda n, name: svc.log.info("migrating", migration=name)
-    )
-    if before != after:
-        svc.log.info("migrated", schema_from=before, schema_to=after)
-    return conn
-
-
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
     svc = boot("writer", argv, description="Starling's single SQLite writer")
     try:
         hold_writer_lock(svc)
-        conn = open_database(svc)
+        conn = startup.open_database(svc)
+    except startup.REFUSALS as exc:  # damaged, foreign or too new: exit 78, not restarted
+        return startup.refuse(svc, exc, started)
     except StarlingError as exc:
         svc.log.error("startup_failed", error=str(exc))
         return 1
+    except apsw.Error as exc:  # an I/O error, say: worth another try, so no refusal
+        svc.log.error("startup_failed", db=str(svc.paths.db_file), error=f"{type(exc).__name__}: {exc}")
+        return 1
     writer = Writer(svc, conn)
-    if writer.maint.backfill_fts():
-        svc.log.info("fts_backfilled")
-    writer.run()
+    try:
+        if writer.maint.backfill_fts():
+            svc.log.info("fts_backfilled")
+        writer.run()
+    except db.UNUSABLE_ERRORS as exc:  # damage the bounded check at boot did not reach
+        writer.router.close(linger=0)
+        writer.pub.close(linger=0)
+        return startup.refuse(svc, db.unusable(svc.paths.db_file, exc), started)
     return 0
 
 
