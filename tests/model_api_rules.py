@@ -25,7 +25,8 @@ Anthropic (Messages):
 - `system` is top-level: a "system" role in `messages` is refused (as every model before Claude Opus 4.8
   does; the providers never send one). Any other role than user and assistant is refused.
 - Consecutive messages of one role are combined into one turn (the API reference says so), and the
-  rules below apply to the combined turns; the first turn must be the user's.
+  rules below apply to the combined turns; the first turn must be the user's, and so must the last
+  (current models refuse an assistant "prefill" at the end).
 - Every message has non-empty content, except an optional final assistant message. A text block is
   never empty; a turn whose text blocks are all whitespace is refused (one whitespace block next to real
   text passes, as it does on the real API).
@@ -352,8 +353,13 @@ def _anthropic_turns(messages: list) -> list[_Turn]:
             turns[-1][1].extend(placed)
         else:
             turns.append((role, placed))
-    if turns and turns[0][0] != "user":
+    if not turns:
+        raise _x("messages: at least one message is required")  # (fake's wording)
+    if turns[0][0] != "user":
         raise _x('messages: first message must use the "user" role')
+    if turns[-1][0] == "assistant":  # models since Claude 4.6 (Starling never prefills an answer)
+        raise _x("This model does not support assistant message prefill. The conversation must end with a user"
+                 " message.")
     for _role, placed in turns:
         texts = [b["text"] for _, _, b in placed if b["type"] == "text"]
         if texts and not any(t.strip() for t in texts):

@@ -195,12 +195,15 @@ ANTHROPIC_REFUSED = {
         lambda b: msgs(b)[1]["content"].insert(0, {"type": "text", "text": ""}),
         "messages: text content blocks must be non-empty"),
     "a whitespace-only turn": (
-        lambda b: msgs(b).append({"role": "assistant", "content": [{"type": "text", "text": "\n\n"}]}),
+        lambda b: msgs(b).extend([{"role": "assistant", "content": "ok"}, {"role": "user", "content": "\n\n"}]),
         "messages: text content blocks must contain non-whitespace text"),
     "a system role": (
         lambda b: msgs(b).insert(0, {"role": "system", "content": "be terse"}),
         'messages: Unexpected role "system". The Messages API accepts a top-level `system` parameter, not "system"'
         ' as an input message role.'),
+    "an assistant last (a prefill)": (
+        lambda b: msgs(b).append({"role": "assistant", "content": "The answer is"}),
+        "This model does not support assistant message prefill. The conversation must end with a user message."),
     "an assistant first": (
         lambda b: msgs(b).insert(0, {"role": "assistant", "content": "hello"}),
         'messages: first message must use the "user" role'),
@@ -256,7 +259,6 @@ ANTHROPIC_ACCEPTED = {
     "whitespace next to real text": lambda b: anthropic_user(b).append({"type": "text", "text": " "}),
     "a string content": lambda b: msgs(b)[0].update(content="read a and b"),
     "a result with no content": lambda b: anthropic_user(b)[0].pop("content"),
-    "a final empty assistant message": lambda b: msgs(b).append({"role": "assistant", "content": []}),
 }
 
 

@@ -296,6 +296,19 @@ def test_anthropic_drops_whitespace_only_text_next_to_tool_calls(secrets_file: P
         req.get("invalid"), req["body"]["messages"][1]["content"])
 
 
+def test_anthropic_keeps_a_message_without_text_as_the_persons_turn(secrets_file: Path) -> None:
+    history = [Message("user", "hi"), Message("assistant", "hello"), Message("user", "  ")]  # e.g. a sticker
+
+    async def go() -> list[dict]:
+        async with FakeModels([{"text": "ok"}]) as fake:
+            await call(provider("anthropic", fake.anthropic_url, secrets_file), history)
+            return fake.requests
+
+    [req] = run(go())
+    assert (None, {"role": "user", "content": [{"type": "text", "text": "(a message without text)"}]}) == (
+        req.get("invalid"), req["body"]["messages"][-1])
+
+
 def test_anthropic_without_tools_sends_earlier_tool_calls_as_text(secrets_file: Path) -> None:
     history = [
         Message("user", "read a"),

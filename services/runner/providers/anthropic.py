@@ -6,7 +6,8 @@ base_url may end in `/v1` or not: config's default is `https://api.anthropic.com
 The API wants user and assistant turns to alternate, with tool results in a user turn right after the
 assistant turn that called the tools; so tool results become `tool_result` blocks, consecutive messages of
 one role are merged into one (tool results first, as the API requires), empty and whitespace-only text is
-dropped (the API refuses both), a history that starts with the assistant gets a short user turn in front,
+dropped (the API refuses both; a user message left without text says so, so that the conversation still
+ends with the person's turn), a history that starts with the assistant gets a short user turn in front,
 tool calls and results become plain text in a request without tools (the API refuses tool blocks there),
 and tool-call ids are reduced to the characters the API accepts ([A-Za-z0-9_-]), the same way on both
 sides, so a history made with another provider still pairs up.
@@ -23,6 +24,7 @@ from services.runner.providers.base import Malformed, Provider
 
 API_VERSION = "2023-06-01"
 HISTORY_CUT = "(earlier conversation omitted)"
+EMPTY_MESSAGE = "(a message without text)"
 _BAD_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -39,6 +41,8 @@ def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
         return "user", [block]
     # the API refuses empty text blocks, and a turn whose text is only whitespace
     blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content.strip() else []
+    if m.role == "user" and not blocks:  # a message without text (a sticker, a photo): still the person's turn
+        blocks = [{"type": "text", "text": EMPTY_MESSAGE}]
     if m.role == "assistant":
         blocks += [{"type": "tool_use", "id": _id(c.id), "name": c.name, "input": c.arguments} for c in m.tool_calls]
         return "assistant", blocks
