@@ -34,6 +34,7 @@ each part is classed and the strictest wins. Wrappers (xargs, timeout, env, nohu
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -167,16 +168,28 @@ def _rm(args: list[Word], env: Env, verdict: Verdict, *, via_path: bool, name: s
             scratch_ok = False
             continue
         for path in resolved:
-            if recursive and any(path == p or path in p.parents for p in env.protected):
-                verdict.add(REFUSE, f"rm -r of {path}, a home, workspace or system folder")
-            elif under_system(path):
-                verdict.add(REFUSE, f"deletes in a system folder ({path})")
+            why = _never_deleted(path, env, recursive)
+            if why:
+                verdict.add(REFUSE, f"{name} {'-r ' if recursive else ''}of {path}, {why}")
             if ".." in Path(raw).parts or not (env.scratch in path.parents):
                 scratch_ok = False
     if scratch_ok:
         verdict.add(SCRATCH, "deletes files in the scratchpad")
     else:
         verdict.add(ASK, f"`{name}` deletes files")
+
+
+def _never_deleted(path: Path, env: Env, recursive: bool) -> str | None:
+    """Why deleting ``path`` (and, when recursive, all below it) crosses the hard line; None if it does not."""
+    if recursive and any(inside(p, path) for p in env.protected):
+        return "a home, workspace or system folder"
+    if under_system(path):
+        return "in a system folder"
+    if inside(path, env.agents):
+        return "in the agents' persona folder"
+    if inside(path, env.starling) and not inside(path, env.workspace):
+        return "one of Starling's own files"
+    return None
 
 
 def _destinations(name: str, args: list[Word], env: Env, verdict: Verdict) -> None:
@@ -233,8 +246,9 @@ def _read_only(name: str, args: list[Word], env: Env, verdict: Verdict, depth: i
             verdict.add(REFUSE, f"find -delete from {start.text}, worked out only when it runs: the check cannot"
                                 " prove it stays out of Starling's data, the homes and other agents' folders")
         for path in targets or []:
-            if j.deletes and path != env.home and any(inside(p, path) for p in env.protected):
-                verdict.add(REFUSE, f"find -delete under {path}, a home, workspace or system folder")
+            why = _never_deleted(path, env, True) if j.deletes and path != env.home else None
+            if why:
+                verdict.add(REFUSE, f"find deletes under {path}, {why}")
             if j.follows:
                 find_links(path, env, verdict)
 
@@ -295,8 +309,11 @@ def _command(words: list[Word], env: Env, verdict: Verdict, depth: int, subs: li
         return
     if first.glob:
         verdict.add(ASK, f"the program to run is a pattern ({first.text})")
-        for name in sorted(names)[:32]:
-            _refusals([Word.plain(name), *words[1:]], env, depth + 1, verdict)
+        for name in sorted(names):
+            probe = Verdict(only_refusals=True)
+            _command([Word.plain(name), *words[1:]], env, probe, depth + 1)
+            if probe.level == REFUSE:
+                verdict.add(REFUSE, f"the pattern {first.text} could run `{name}`: {probe.reason}")
         return
     path_name = first.text
     if first.computed:
@@ -367,10 +384,8 @@ def _downloads(words: list[Word], subs: list[str] | None) -> bool:
 
 
 def _cd(args: list[Word], env: Env, verdict: Verdict) -> None:
-    options, operands = _split_options(args)
+    _, operands = _split_options(args)
     env.moved = True
-    if options:
-        verdict.add(ASK, "cd with options")
     if not operands:
         env.cwds = [env.home]
         return
@@ -379,7 +394,10 @@ def _cd(args: list[Word], env: Env, verdict: Verdict) -> None:
         env.lost = True
         return
     value = values[0]
-    new = [resolve(Path(value) if value.startswith("/") else cwd / value, cwd)[0] for cwd in env.cwds]
+    new = []
+    for cwd in env.cwds:  # cd -P follows links as the kernel does; cd (-L) first drops "x/.." from the path
+        target = Path(value) if value.startswith("/") else cwd / value
+        new += [resolve(target, cwd)[0], resolve(Path(os.path.normpath(target)), cwd)[0]]
     env.cwds = list(dict.fromkeys(env.cwds + new))[:8]  # a cd in a subshell may not last: keep both
     env.seen = list(dict.fromkeys(env.seen + new))[:16]
 

@@ -383,6 +383,8 @@ def _find(args: list[Word], out: Judgment) -> None:
                 i += 1
             out.inner.append(inner)
             out.problems.append(f"find {t} runs a command")
+            if inner and inner[0].text.rsplit("/", 1)[-1] in ("rm", "rmdir", "unlink", "shred"):
+                out.deletes = True  # find … -exec rm {} deletes what it finds, as -delete does
         elif t in _FIND_DENY:
             out.problems.append(f"find {t} " + ("deletes files" if t == "-delete" else "writes or reads file lists"))
             out.deletes = out.deletes or t == "-delete"

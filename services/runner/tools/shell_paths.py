@@ -71,6 +71,7 @@ class Env:
     private_root: Path
     protected: tuple[Path, ...]  # rm -r of any of these, or of an ancestor of one, is refused
     workspace: Path = Path("/")
+    starling: Path = Path("/nonexistent")  # Starling's home folder (config, data/, agents/, workspace/)
     user_home: Path | None = None  # the runner's own home folder (~/.ssh, ~/.aws …): reads there ask
     cwds: list[Path] = field(default_factory=list)  # where the command may be now (real paths)
     seen: list[Path] = field(default_factory=list)  # every folder it may have been in ($OLDPWD, ~-)
@@ -94,6 +95,7 @@ def env_for(ctx: ToolContext) -> Env:
     protected |= {real(Path.home()), *TOP_DIRS}
     user_home = real(Path.home())
     return Env(home=home, scratch=home / SCRATCHPAD, data=data, workspace=real(paths.workspace_dir),
+               starling=real(paths.home),
                user_home=None if user_home == Path("/") else user_home,
                data_text=tuple({str(paths.data_dir.absolute()), str(data)}), agents=real(paths.agents_dir),
                private_root=real(paths.private_root), protected=tuple(protected), cwds=[home], seen=[home])
@@ -312,7 +314,6 @@ def resolve(path: Path, cwd: Path) -> tuple[Path, bool]:
     process: its cwd is ``cwd``, its root is /, anything else there is not known (the path stops)."""
     todo = list(path.parts[1:])
     out, through_self, hops = Path("/"), False, MAX_HOPS
-    mine = str(os.getpid())
     while todo:
         part = todo.pop(0)
         if part in ("", "."):
@@ -320,7 +321,7 @@ def resolve(path: Path, cwd: Path) -> tuple[Path, bool]:
         if part == "..":
             out = out.parent
             continue
-        if out == Path("/proc") and part in ("self", "thread-self", mine):
+        if out == Path("/proc") and part in ("self", "thread-self"):  # /proc/<pid> is another process: the runner's
             through_self = True
             while todo[:1] == ["task"] and len(todo) > 1:
                 todo = todo[2:]  # /proc/self/task/<tid>/cwd is the same folder
@@ -388,7 +389,7 @@ def _judge(path: Path, env: Env, recursive: bool, verdict: Verdict, cwd: Path | 
             verdict.add(REFUSE, f"touches Starling's data folder ({text})")
         elif env.private_root in form.parents and not inside(form, env.home) and _agent_folder(form, env):
             verdict.add(REFUSE, f"touches another agent's private folder ({text})")
-        elif PROC_PID.match(text) and PROC_PID.match(text).group(1) != str(os.getpid()):
+        elif PROC_PID.match(text):
             verdict.add(REFUSE, f"reads another process's details ({text}), which may hold secrets")
         elif inside(form, env.agents):
             verdict.add(ASK, f"reads the agents' persona folder ({text})")
