@@ -48,10 +48,21 @@ _ERROR_SHOWN = 300  # characters of a decode error kept (a deep path can make it
 
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
-request_decoder = msgspec.msgpack.Decoder(m.Request)
+request_decoder = msgspec.msgpack.Decoder(m.RequestFrame)
 ack_decoder = msgspec.msgpack.Decoder(m.AckFrame)
 event_decoder = msgspec.msgpack.Decoder(m.AnyEvent)
 result_decoder = msgspec.msgpack.Decoder(m.Result)
+
+
+# Requests per frame a client sends at most (its callers' requests of one event-loop turn).
+REQUESTS_PER_FRAME = 256
+
+
+class _RequestsOut(msgspec.Struct, tag="Requests", frozen=True, kw_only=True):
+    """``m.Requests`` as a client encodes it: of requests already encoded (each is kept as it was
+    encoded, to be resent alone), so none is encoded twice."""
+
+    requests: list[msgspec.Raw]
 
 
 class BadFrame(Exception):
@@ -184,10 +195,11 @@ def tune(sock: zmq.Socket, heartbeat_ms: int = 1000) -> None:
 @dataclass
 class _Pending:
     future: asyncio.Future
-    frames: list[bytes]
+    payload: bytes  # the encoded Request
     resend_at: float
     deadline: float
-    sends: int = 0  # times it went out on the socket
+    sends: int = 0  # times it went out on the socket (alone or in a Requests frame)
+    frames: list[bytes] | None = None  # [mac, payload], made when it is first sent alone
 
 
 @dataclass
@@ -206,7 +218,9 @@ class WriterClient:
     Each request carries an id (to match its ack) and an idempotency key (caller-given, else
     unique per request), so a resend after ``timeout_s`` is safe. At most ``window`` requests are
     in flight; ``call`` waits for room. A request that no ack answers by ``deadline_s`` raises
-    BusTimeout: nothing is assumed committed.
+    BusTimeout: nothing is assumed committed. The requests made in one turn of the event loop go
+    out together, in one ``Requests`` frame (one send, one MAC, one receive at the writer, in the
+    same group commit); a resend goes alone.
     """
 
     def __init__(
@@ -232,6 +246,7 @@ class WriterClient:
         self._heartbeat_ms = heartbeat_ms
         self._window = asyncio.Semaphore(window)
         self._pending: dict[int, _Pending] = {}
+        self._queued: list[_Pending] = []  # made in this turn of the event loop, sent by _flush at its end
         self._ctx = ctx or zmq.asyncio.Context.instance()
         self._sock: zmq.asyncio.Socket | None = None
         self._tasks: list[asyncio.Task] = []
@@ -280,13 +295,14 @@ class WriterClient:
             if len(payload) > MAX_FRAME_BYTES:  # the writer would cut the connection; fail now, not at the deadline
                 raise WriteRejected("too_large", f"{type(op).__name__} is {len(payload)} bytes encoded;"
                                     f" the bus carries at most {MAX_FRAME_BYTES}")
-            frames = [self._signer.mac(payload), payload]
-            now = time.monotonic()
-            future = asyncio.get_running_loop().create_future()
-            sent = self._send(frames)
-            # an unsent request (no connection yet) is retried on the next tick, not after a timeout
-            resend_at = now + (self._timeout_s if sent else 0.0)
-            self._pending[request_id] = _Pending(future, frames, resend_at, now + self._deadline_s, int(sent))
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            deadline = time.monotonic() + self._deadline_s
+            pending = _Pending(future, payload, deadline, deadline)  # not resent before _flush sent it
+            self._pending[request_id] = pending
+            if not self._queued:
+                loop.call_soon(self._flush)
+            self._queued.append(pending)
             self.stats.sent += 1
             try:
                 ack: m.Ack = await future
@@ -296,6 +312,12 @@ class WriterClient:
             raise WriteRejected(ack.code, ack.error)
         return ack.result
 
+    async def call_many(self, ops: list[m.WriteOp]) -> list[m.Result | None | WriteRejected | BusTimeout]:
+        """Send several writes at once: in order, in one frame (several when the window or the frame
+        limit is reached), so the writer applies them in order and, up to its batch_max, in one
+        commit. Returns each one's result, or the WriteRejected or BusTimeout it met, in order."""
+        return await asyncio.gather(*(self.call(op) for op in ops), return_exceptions=True)
+
     async def ping(self, timeout_s: float = 10.0) -> bool:
         """True once the writer answers; False if it did not within ``timeout_s``."""
         try:
@@ -303,6 +325,31 @@ class WriterClient:
             return True
         except (asyncio.TimeoutError, BusTimeout):
             return False
+
+    def _flush(self) -> None:
+        """Send the requests made in this turn of the event loop: one alone as a Request, more in
+        Requests frames (at most REQUESTS_PER_FRAME each, and under the frame limit)."""
+        queued = [p for p in self._queued if not p.future.done()]
+        self._queued = []
+        if self._sock is None:
+            return
+        for chunk in _frame_chunks(queued):
+            if len(chunk) == 1:
+                frames = self._frames(chunk[0])
+            else:
+                payload = encode(_RequestsOut(requests=[msgspec.Raw(p.payload) for p in chunk]))
+                frames = [self._signer.mac(payload), payload]
+            sent = self._send(frames)
+            # an unsent request (no connection yet) is retried on the next tick, not after a timeout
+            resend_at = time.monotonic() + (self._timeout_s if sent else 0.0)
+            for pending in chunk:
+                pending.sends += sent
+                pending.resend_at = resend_at
+
+    def _frames(self, pending: _Pending) -> list[bytes]:
+        if pending.frames is None:
+            pending.frames = [self._signer.mac(pending.payload), pending.payload]
+        return pending.frames
 
     def _send(self, frames: list[bytes]) -> bool:
         # zmq.asyncio answers a non-blocking send with a future that is already settled. (Sending
@@ -349,10 +396,24 @@ class WriterClient:
                     pending.future.set_exception(
                         BusTimeout(f"no ack from the writer at {self.endpoint} in {self._deadline_s:.0f}s")
                     )
-                elif now >= pending.resend_at and self._send(pending.frames):
+                elif now >= pending.resend_at and self._send(self._frames(pending)):
                     self.stats.resent += pending.sends > 0
                     pending.sends += 1
                     pending.resend_at = now + self._timeout_s * min(2 ** (pending.sends - 1), 8)
+
+
+def _frame_chunks(queued: list[_Pending]) -> list[list[_Pending]]:
+    """``queued`` in order, cut into frames of at most REQUESTS_PER_FRAME requests under MAX_FRAME_BYTES."""
+    chunks: list[list[_Pending]] = []
+    size = 0
+    for pending in queued:
+        grown = size + len(pending.payload)
+        if not chunks or len(chunks[-1]) >= REQUESTS_PER_FRAME or grown > MAX_FRAME_BYTES - 64:  # 64: the header
+            chunks.append([])
+            grown = len(pending.payload)
+        chunks[-1].append(pending)
+        size = grown
+    return chunks
 
 
 # ---------------------------------------------------------------- event subscriber

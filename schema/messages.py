@@ -3,7 +3,8 @@
 Rules (DESIGN.md, "The bus"): a new field gets a default; a field's type never changes; decoding
 validates; one union per socket. Sockets and their unions:
 
-- writer ROUTER, client -> writer: ``Request`` (an id, an idempotency key and one ``WriteOp``)
+- writer ROUTER, client -> writer: ``RequestFrame``: a ``Request`` (an id, an idempotency key and one
+  ``WriteOp``), or ``Requests`` carrying several in one frame
 - writer ROUTER, writer -> client: ``AckFrame``: an ``Ack`` (the request's id and a ``Result`` or an
   error), or ``Acks`` bundling a client's acks from one group commit
 - writer PUB -> subscribers: ``Event``, on a topic (see ``topic_for``)
@@ -465,6 +466,16 @@ class Request(Msg):
     id: Int
     key: str
     op: WriteOp
+
+
+class Requests(Msg):
+    """Several requests of one client in one frame (those its callers made in one turn of its event
+    loop): each is applied, answered and resent exactly as if it had come alone."""
+
+    requests: list[Request]
+
+
+RequestFrame = Request | Requests
 
 
 # ---------------------------------------------------------------- results and acks

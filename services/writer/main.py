@@ -1,7 +1,7 @@
 """The writer: the one read-write SQLite connection, applying bus write requests in group commits.
 
 Loop: wait for requests (bounded poll), drain up to ``batch_max``, apply them in one transaction
-(each in a savepoint, so one failure does not sink the batch), commit, then ack each and publish
+(services/writer/group_commit.py: one failure does not sink the batch), commit, then ack each and publish
 the committed changes. Maintenance (checkpoints, backup steps, pruning) runs between batches.
 """
 
@@ -21,9 +21,10 @@ import zmq
 from common import bus, db
 from common.errors import StarlingError
 from common.service import Service, boot, notify_systemd, watchdog_interval_s
-from common.stores import db_store, keys_store, schema_store
+from common.stores import db_store, schema_store
 from schema import messages as m
 from services.writer import apply as ops
+from services.writer import group_commit
 from services.writer import startup
 from services.writer.maintenance import Maintenance
 
@@ -40,7 +41,17 @@ class _RequestId(msgspec.Struct):
     id: m.Int
 
 
+class _EncodedRequests(msgspec.Struct, tag="Requests"):
+    """A Requests frame with each request left encoded: when the frame fails validation, each is
+    decoded alone, so only the bad ones are refused."""
+
+    requests: list[msgspec.Raw]
+
+
 _id_decoder = msgspec.msgpack.Decoder(_RequestId)
+_one_decoder = msgspec.msgpack.Decoder(m.Request)
+_apart_decoder = msgspec.msgpack.Decoder(_EncodedRequests)
+
 
 
 class Writer:
@@ -77,25 +88,51 @@ class Writer:
         self.poller = zmq.Poller()
         self.poller.register(self.router, zmq.POLLIN)
         self.backup_waiters: list[tuple[bytes, int, str]] = []  # (client, request id, key)
+        self.carry: list[tuple[bytes, m.Request]] = []  # requests received past batch_max, for the next batch
         self.maintenance_answers: dict[str, m.Result] = {}
 
     # ------------------------------------------------------------ receiving
 
-    def _decode(self, frames: list[bytes]) -> tuple[bytes, m.Request] | None:
+    def _decode(self, frames: list[bytes]) -> list[tuple[bytes, m.Request]]:
+        """The requests of one frame (a Request, or the several of a Requests), in order."""
         if len(frames) != 3:
             self._drop("malformed", parts=len(frames))
-            return None
+            return []
         ident, tag, payload = frames
         if len(tag) != bus.MAC_BYTES or not self.signer.verify(tag, payload):
             self._drop("unauthenticated", size=len(payload))
-            return None
+            return []
         try:
-            return ident, bus.decode(bus.request_decoder, payload)
+            frame = bus.decode(bus.request_decoder, payload)
         except bus.BadFrame as exc:
-            self._drop(exc.reason, error=exc.error, size=len(payload))
             if exc.reason == "invalid":
-                self._refuse_invalid(ident, payload, exc.error)
-        return None
+                return self._decode_apart(ident, payload, exc.error)
+            self._drop(exc.reason, error=exc.error, size=len(payload))
+            return []
+        if isinstance(frame, m.Requests):
+            return [(ident, req) for req in frame.requests]
+        return [(ident, frame)]
+
+    def _decode_apart(self, ident: bytes, payload: bytes, error: str) -> list[tuple[bytes, m.Request]]:
+        """A frame that failed validation: a Requests frame's valid requests are kept and each bad
+        one refused; anything else is refused as one request."""
+        try:
+            parts = [bytes(raw) for raw in bus.decode(_apart_decoder, payload).requests]
+        except bus.BadFrame:
+            parts = None
+        if parts is None:
+            self._drop("invalid", error=error, size=len(payload))
+            self._refuse_invalid(ident, payload, error)
+            return []
+        found = []
+        for part in parts:
+            try:
+                found.append((ident, bus.decode(_one_decoder, part)))
+            except bus.BadFrame as exc:
+                self._drop(exc.reason, error=exc.error, size=len(part))
+                if exc.reason == "invalid":
+                    self._refuse_invalid(ident, part, exc.error)
+        return found
 
     def _refuse_invalid(self, ident: bytes, payload: bytes, error: str) -> None:
         """An authenticated request that fails validation gets an error ack when its id can be read,
@@ -107,16 +144,20 @@ class Writer:
             return
         self._send_ack(ident, m.Ack(id=request_id, ok=False, code="invalid", error=error))
 
-    def _drain(self) -> list[tuple[bytes, m.Request]]:
-        batch = []
-        while len(batch) < self.batch_max:
+    def _drain(self, limit: int = 0) -> list[tuple[bytes, m.Request]]:
+        """Up to ``limit`` (``batch_max``) requests: those left over from the last frame first, then
+        what arrived."""
+        limit = limit or self.batch_max
+        batch, self.carry = self.carry, []
+        recv = self.router.recv_multipart
+        while len(batch) < limit:
             try:
-                frames = self.router.recv_multipart(zmq.NOBLOCK)
+                frames = recv(_NOBLOCK)
             except zmq.Again:
                 break
-            decoded = self._decode(frames)
-            if decoded is not None:
-                batch.append(decoded)
+            batch += self._decode(frames)
+        if len(batch) > limit:  # a frame's tail waits for the next commit
+            batch, self.carry = batch[:limit], batch[limit:]
         return batch
 
     # ------------------------------------------------------------ sending
@@ -171,56 +212,30 @@ class Writer:
     # ------------------------------------------------------------ applying
 
     def _commit_batch(self, batch: list[tuple[bytes, m.Request]]) -> None:
-        now = time.time()
-        acks: list[tuple[bytes, m.Ack]] = []
-        events: list[ops.Pending] = []
-        later: list[tuple[bytes, m.Request]] = []
-        db_store.begin(self.conn)
+        later: list[tuple[bytes, m.Request]] = []  # maintenance: run on its own after the commit
+
+        def transactional(items: list[tuple[bytes, m.Request]]) -> list[tuple[bytes, m.Request]]:
+            work = [item for item in items if not isinstance(item[1].op, ops.MAINTENANCE)]
+            if len(work) < len(items):
+                later.extend(item for item in items if isinstance(item[1].op, ops.MAINTENANCE))
+            return work
+
+        work = transactional(batch)
         try:
-            for ident, req in batch:
-                if isinstance(req.op, ops.MAINTENANCE):
-                    later.append((ident, req))
-                    continue
-                acks.append((ident, self._apply_one(req, now, events)))
-            db_store.commit(self.conn)
+            applied = group_commit.commit(self.conn, work, time.time(), self.log,
+                                          lambda room: transactional(self._drain(room)), self.batch_max)
         except apsw.Error as exc:
-            db_store.rollback(self.conn)
-            self.log.error("commit_failed", error=str(exc), batch=len(batch))
+            self.log.error("commit_failed", error=str(exc), batch=len(work) + len(later))
             failed = m.Ack(id=0, ok=False, code="internal", error=f"commit failed: {exc}")
-            for ident, req in batch:
+            for ident, req in work + later:
                 self._send_ack(ident, msgspec.structs.replace(failed, id=req.id))
             return
-        self._send_acks(acks)
-        for topic, cls, fields in _hints(events):
+        self._send_acks(applied.acks)
+        for topic, cls, fields in _hints(applied.events):
             self._publish(topic, cls, fields)
         self.maint.after_commit()
         for ident, req in later:
             self._maintenance(ident, req)
-
-    def _apply_one(self, req: m.Request, now: float, events: list[ops.Pending]) -> m.Ack:
-        record = not isinstance(req.op, ops.UNRECORDED)
-        if record:
-            answer = keys_store.answer(self.conn, req.key)
-            if answer is not None:
-                return m.Ack(id=req.id, ok=True, result=bus.result_decoder.decode(answer))
-        mark = len(events)
-        db_store.savepoint(self.conn)
-        try:
-            result = ops.apply(self.conn, req.op, now, events)
-            if record:
-                keys_store.remember_answer(self.conn, req.key, bus.encode(result), now)
-            db_store.release(self.conn)
-            return m.Ack(id=req.id, ok=True, result=result)
-        except ops.Rejected as exc:
-            code, error = exc.code, str(exc)
-        except apsw.ConstraintError as exc:
-            code, error = "conflict", str(exc)
-        except (apsw.Error, ValueError, TypeError, OverflowError) as exc:  # never fatal: this request fails alone
-            code, error = "internal", f"{type(exc).__name__}: {exc}"
-            self.log.error("write_failed", op=type(req.op).__name__, error=error)
-        db_store.rollback_to(self.conn)
-        del events[mark:]
-        return m.Ack(id=req.id, ok=False, code=code, error=error)
 
     def _maintenance(self, ident: bytes, req: m.Request) -> None:
         """Checkpoint, FTS rebuild, backup: long and not transactional, so a resend of one that ran is
@@ -328,7 +343,7 @@ class Writer:
             else:
                 due = min(self.next_beat, self.next_service_beat, self.maint.next_due())
                 timeout = max(0, min(POLL_MAX_MS, int((due - now) * 1000) + 1))
-            if self.poller.poll(timeout):
+            if self.carry or self.poller.poll(timeout):
                 batch = self._drain()
                 if batch:
                     self._commit_batch(batch)
@@ -338,8 +353,9 @@ class Writer:
     def stop(self) -> None:
         notify_systemd("STOPPING=1")
         batch = self._drain()  # what already arrived is committed and acked before we go
-        if batch:
+        while batch:
             self._commit_batch(batch)
+            batch, self.carry = self.carry[:self.batch_max], self.carry[self.batch_max:]
         self.maint.abort_backup()
         for ident, request_id, _key in self.backup_waiters:
             self._send_ack(ident, m.Ack(id=request_id, ok=False, code="internal", error="the writer stopped"))
