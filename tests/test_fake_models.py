@@ -10,6 +10,10 @@ from typing import Any, Callable
 import aiohttp
 import pytest
 
+from common.config import Provider as ProviderConfig
+from common.secrets import set_secret
+from services.runner.llm import Message, ProviderError, ToolCall, ToolSpec
+from services.runner.providers import make_provider
 from tests.fake_models import FakeModels
 from tests.model_api_rules import anthropic_refusal, openai_refusal
 
@@ -294,3 +298,38 @@ def test_refusals_come_back_in_each_apis_error_body() -> None:
     assert anthropic_body["error"]["message"].startswith("messages.1: `tool_use` ids were found without")
     assert (200, "never used") == (s3, good["choices"][0]["message"]["content"])
     assert [True, True, False] == ["invalid" in r for r in recorded]
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_two_results_for_one_call_are_refused_as_the_real_api_refuses_them(kind: str, tmp_path, monkeypatch) -> None:
+    """What a resumed turn sent before it replaced the approval stand-in, through a real provider: the person
+    would have read the API's refusal."""
+    monkeypatch.delenv("FAKE_MODEL_KEY", raising=False)
+    monkeypatch.delenv("STARLING_SECRET_FAKE_MODEL_KEY", raising=False)
+    set_secret(tmp_path / "secrets.json", "fake-model-key", "sk-test-key")
+    call_id = "toolu_1" if kind == "anthropic" else "call_1"
+    history = [
+        Message("user", "make the file"),
+        Message("assistant", "", tool_calls=(ToolCall(call_id, "read_file", {"path": "a"}),)),
+        Message("tool", "Waiting for the person's approval; this call has not run.", tool_call_id=call_id,
+                name="read_file"),
+        Message("tool", "A", tool_call_id=call_id, name="read_file"),
+    ]
+    read_file = ToolSpec("read_file", "Read.", SCHEMA)
+
+    async def go() -> tuple[ProviderError, list[dict]]:
+        async with FakeModels([{"text": "never"}]) as fake:
+            url = fake.openai_url if kind == "openai" else fake.anthropic_url
+            cfg = ProviderConfig(kind=kind, base_url=url, api_key="fake-model-key", model="m")
+            p = make_provider("default", cfg, tmp_path / "secrets.json", max_attempts=1)
+            try:
+                with pytest.raises(ProviderError) as info:
+                    await p.complete("", history, [read_file])
+            finally:
+                await p.close()
+            return info.value, fake.requests
+
+    err, [req] = asyncio.run(asyncio.wait_for(go(), 10))
+    said = {"openai": f"Duplicate value for 'tool_call_id' of '{call_id}'",
+            "anthropic": "each tool_use must have a single result"}[kind]
+    assert ("bad_request", True, True) == (err.kind, said in err.user_text, said in req["invalid"])

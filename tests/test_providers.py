@@ -329,30 +329,6 @@ def test_anthropic_without_tools_sends_earlier_tool_calls_as_text(secrets_file: 
     assert "[result of read_file] A" == req["body"]["messages"][2]["content"][0]["text"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_two_results_for_one_call_are_refused_as_the_real_api_refuses_them(kind: str, secrets_file: Path) -> None:
-    """What a resumed turn sent before it replaced the approval stand-in: the fake says what the API says."""
-    call_id = "toolu_1" if kind == "anthropic" else "call_1"
-    history = [
-        Message("user", "make the file"),
-        Message("assistant", "", tool_calls=(ToolCall(call_id, "read_file", {"path": "a"}),)),
-        Message("tool", "Waiting for the person's approval; this call has not run.", tool_call_id=call_id,
-                name="read_file"),
-        Message("tool", "A", tool_call_id=call_id, name="read_file"),
-    ]
-
-    async def go() -> tuple[ProviderError, list[dict]]:
-        async with FakeModels([{"text": "never"}]) as fake:
-            with pytest.raises(ProviderError) as info:
-                await call(provider(kind, base_url(fake, kind), secrets_file), history, [READ_FILE])
-            return info.value, fake.requests
-
-    err, [req] = run(go())
-    said = {"openai": f"Duplicate value for 'tool_call_id' of '{call_id}'",
-            "anthropic": "each tool_use must have a single result"}[kind]
-    assert ("bad_request", True, True) == (err.kind, said in err.user_text, said in req["invalid"])
-
-
 # --- retries -------------------------------------------------------------------------------------------------
 
 
