@@ -65,7 +65,7 @@ def cmd_up(args) -> int:
     ready, waiting = wait_ready(ctx, sup, expected, started, args.timeout)
     elapsed = time.time() - started
     if waiting:
-        output.error(f"not ready after {elapsed:.0f}s: {', '.join(waiting)}")
+        output.error(f"not ready after {min(elapsed, args.timeout):.0f}s: {', '.join(waiting)}")
         for name in waiting:
             print(f"  {name}: {why_not_ready(ctx, sup, name)}")
         print("Services keep running under supervisord; see `starling status`, `starling logs SERVICE`,"
