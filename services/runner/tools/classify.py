@@ -509,9 +509,26 @@ def _segment(seg: Segment, env: Env, verdict: Verdict, depth: int, subs: list[st
     check_words(assignments + named, env, False, verdict)
     _redirects(seg, env, verdict)
     fed = [t for _, t in seg.redirects if t is not None]
-    if words and any(_runs_code(n) for n in program_names(words[0], env) or ()) and _downloads(fed, subs):
-        verdict.add(REFUSE, "feeds a download to a shell or interpreter (bash <<< \"$(curl …)\", sh < <(wget …))")
+    if words and any(_runs_code(n) for n in program_names(words[0], env) or ()):
+        if _downloads(fed, subs):
+            verdict.add(REFUSE, "feeds a download to a shell or interpreter (bash <<< \"$(curl …)\", sh < <(wget …))")
+        for op, target in seg.redirects:
+            if op.endswith("<<<") and target is not None and not target.computed:
+                level, reason = _classify(target.text, env, depth + 1)
+                if level == REFUSE:
+                    verdict.add(REFUSE, f"feeds a command line to a shell: {reason}")
     _command(words, env, verdict, depth, subs)
+
+
+def _printed(seg: Segment) -> str | None:
+    """What an echo or printf of literal words prints (escapes like \\n read as printf reads them)."""
+    words = seg.words[1:]
+    if any(w.computed for w in words):
+        return None
+    texts = [w.text for w in words]
+    while texts and re.fullmatch(r"-[neE]+", texts[0]) and seg.words[0].text == "echo":
+        texts = texts[1:]
+    return re.sub(r"\\[nt;]", lambda m: {"n": "\n", "t": " ", ";": ";"}[m.group(0)[1]], " ".join(texts))
 
 
 def _pipeline_names(seg: Segment, env: Env) -> set[str]:
@@ -580,6 +597,11 @@ def _classify(command: str, env: Env, depth: int) -> tuple[str, str]:
             downloads = found & DOWNLOADERS
             if downloads and any(later & runs for later in names[i + 1:]):
                 verdict.add(REFUSE, f"pipes a download ({sorted(downloads)[0]}) into a shell or interpreter")
+            script = _printed(group[i]) if found & {"echo", "printf"} else None
+            if script is not None and any(later & SHELLS for later in names[i + 1:]):
+                level, reason = _classify(script, env, depth + 1)
+                if level == REFUSE:
+                    verdict.add(REFUSE, f"pipes a command line into a shell: {reason}")
     for seg in parts:
         _segment(seg, env, verdict, depth, subs)
     return verdict.level, verdict.reason

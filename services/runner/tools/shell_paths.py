@@ -6,8 +6,8 @@ line), a string becomes the paths it names (pattern expansion within a budget, s
 the way the kernel would from the command's working folder, ``/proc/self/cwd`` read as that folder),
 and ``check_words`` applies the path rules: inside Starling's data folder or another agent's private
 folder is refused; another process's /proc entries are refused; /proc/self, /dev/fd, /dev/std*, bash's
-/dev/tcp and /dev/udp, the agents' folder, the runner's own home, and recursive reads through a folder
-holding data/, agents/ or other agents' folders ask.
+/dev/tcp and /dev/udp, devices, the agents' folder, Starling's own files, the runner's own home, and
+recursive reads through a folder holding data/, agents/ or other agents' folders ask.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ PROC_PID = re.compile(r"^/proc/(\d+)(/|$)")
 FREE_SINK = "/dev/null"  # the one place a redirection may write without asking
 HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/1", "/dev/fd/2",
                               "/dev/zero"})  # written to, they ask; other devices are refused
+READABLE_DEVICES = frozenset({"/dev", "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full",
+                              "/dev/tty"})  # reading any other device (a disk, /dev/shm) asks
 NETWORK_DEVICES = ("/dev/tcp", "/dev/udp")
 DESCRIPTOR_PATHS = ("/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
 SYSTEM_DIRS = tuple(Path(p) for p in ("/etc", "/boot", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64",
@@ -395,6 +397,10 @@ def _judge(path: Path, env: Env, recursive: bool, verdict: Verdict, cwd: Path | 
             verdict.add(ASK, f"reads the agents' persona folder ({text})")
         elif env.user_home is not None and inside(form, env.user_home) and not inside(form, env.workspace):
             verdict.add(ASK, f"reads the runner's home folder ({text}), which may hold keys and tokens")
+        elif inside(form, env.starling) and not inside(form, env.workspace):
+            verdict.add(ASK, f"reads Starling's own files ({text})")
+        elif inside(form, Path("/dev")) and text not in READABLE_DEVICES:
+            verdict.add(ASK, f"reads a device or shared memory ({text})")
         elif recursive and (form == Path("/") or inside(form, Path("/proc"))):
             verdict.add(REFUSE, f"reads recursively through /proc ({text}), where other processes' secrets live")
         elif recursive and any(inside(p, form) for p in (env.data, env.private_root, env.agents)):
