@@ -240,11 +240,16 @@ class Health(_Section, kw_only=True):
     alert_to: str = ""
 
 
+class Backup(_Section, kw_only=True):
+    keep: Annotated[int, Meta(ge=0, le=10000)] = 7  # archives kept in a backup folder by `backup create`; 0: all
+
+
 class Writer(_Section, kw_only=True):
     batch_max: Annotated[int, Meta(ge=1, le=100000)] = 512
     checkpoint_interval_s: Annotated[float, Meta(gt=0)] = 2.0
     wal_truncate_mb: PositiveFloat = 64
     busy_timeout_ms: Positive = 5000
+    reserve_mb: Annotated[float, Meta(ge=0, le=4096)] = 16.0  # the disk reserve (services/writer/disk.py); 0: none
 
 
 class Bus(_Section, kw_only=True):
@@ -275,6 +280,7 @@ class Config(_Section, kw_only=True):
     retention: Retention = field(default_factory=Retention)
     session_memory: SessionMemory = field(default_factory=SessionMemory)
     health: Health = field(default_factory=Health)
+    backup: Backup = field(default_factory=Backup)
     writer: Writer = field(default_factory=Writer)
     bus: Bus = field(default_factory=Bus)
 
@@ -614,11 +620,16 @@ disk_warn_threshold_mb = 1024  # degraded when free disk under data_dir falls be
 wal_warn_threshold_mb = 100    # degraded when the WAL grows past this
 alert_to = ""                  # "instance:chat" to message when degraded; "" logs only
 
+[backup]
+keep = 7                       # `starling backup create` keeps this many archives in the folder it writes to
+                               # (default data/backups/), deleting the oldest; 0 keeps them all
+
 [writer]
 batch_max = 512                # max requests applied in one group commit (1..100000)
 checkpoint_interval_s = 2.0    # PASSIVE checkpoint timer
 wal_truncate_mb = 64           # TRUNCATE checkpoint when the WAL passes this
 busy_timeout_ms = 5000
+reserve_mb = 16                # freed when the data disk fills, so heartbeats, delivery reports and alerts still commit
 
 [bus]
 writer_endpoint = ""           # "" = ipc://<data_dir>/run/writer.sock; tcp:// for other hosts

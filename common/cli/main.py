@@ -20,6 +20,7 @@ VERB_MODULES = (
     "common.cli.doctor_cmd",
     "common.cli.session_cmd",
     "common.cli.data_cmd",
+    "common.cli.backup_cmd",
     "common.cli.agent_cmd",
     "common.cli.chat_cmd",
     "common.cli.approvals_cmd",
