@@ -72,7 +72,8 @@ def check_database(conn: apsw.Connection, db_file: Path | str, seconds: float | 
         return False
     if problems != ["ok"]:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise DatabaseUnusable(db_file, f"damaged (quick_check: {problems[0]}{more})")
+        first = " ".join(problems[0].split())  # SQLite's rows may hold newlines: the refusal is one line
+        raise DatabaseUnusable(db_file, f"damaged (quick_check: {first}{more})")
     return True
 
 
