@@ -3,55 +3,21 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
-import threading
 from typing import Any, TextIO
 
 import msgspec
 import structlog
 
-REDACTED = "[redacted]"
-MIN_SECRET_LEN = 4  # shorter values would redact ordinary words; no real token is this short
+from common import redact as redaction
+from common.redact import MIN_SECRET_LEN, REDACTED, redact, redact_value, register_secret
 
-_secrets: set[str] = set()
-_pattern: re.Pattern[str] | None = None
-_lock = threading.Lock()
-
-
-def register_secret(value: str) -> None:
-    """Redact value from every log line written from now on, in this process."""
-    global _pattern
-    if len(value) < MIN_SECRET_LEN or value in _secrets:
-        return
-    with _lock:
-        _secrets.add(value)
-        # Longest first, so a secret that contains another is redacted whole.
-        ordered = sorted(_secrets, key=len, reverse=True)
-        _pattern = re.compile("|".join(re.escape(s) for s in ordered))
-
-
-def redact(text: str) -> str:
-    """text with every registered secret value replaced by [redacted]."""
-    pattern = _pattern
-    return pattern.sub(REDACTED, text) if pattern is not None else text
-
-
-def redact_value(value: Any) -> Any:
-    """``value`` with every registered secret replaced, through dicts (keys too), lists and bytes."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redact(k) if isinstance(k, str) else k: redact_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_value(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return redact(bytes(value).decode("utf-8", "replace"))
-    return value
+# The engine lives in common.redact; these names stay importable from here for the callers that log.
+__all__ = ["REDACTED", "MIN_SECRET_LEN", "register_secret", "redact", "redact_value", "setup_logging", "get_logger"]
 
 
 def _redact_processor(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    if _pattern is None:
+    if not redaction.active():
         return event_dict
     return {k: redact_value(v) for k, v in event_dict.items()}
 

@@ -10,10 +10,10 @@ from typing import Iterable, Literal
 
 import msgspec
 
-from common.config import SECRET_NAME_PATTERN
+from common.config import SECRET_NAME_PATTERN, Config, referenced_secrets
 from common.errors import MissingSecret, StarlingError
 from common.home import Paths, ensure_token_file, write_private_file
-from common.log import register_secret
+from common.redact import register_secret, register_secrets, watch_file
 
 _NAME = re.compile(SECRET_NAME_PATTERN)
 _decoder = msgspec.json.Decoder(dict[str, str])
@@ -112,6 +112,28 @@ def remove_secret(secrets_file: Path, name: str) -> bool:
         return False
     _write(secrets_file, values)
     return True
+
+
+def _file_values(data: bytes) -> list[str]:
+    return list(_decoder.decode(data).values())
+
+
+def _token_value(data: bytes) -> list[str]:
+    return [data.decode("utf-8", "replace").strip()]
+
+
+def register_known_secrets(paths: Paths, cfg: Config) -> None:
+    """Make every secret value Starling knows redacted in this process, resolved or not: each value in
+    secrets.json, the environment's values for every name config.toml uses (and any $STARLING_SECRET_*),
+    the session secret and the control token. The files are watched: a value stored later (`starling
+    secret set`, a token file made by another process) is redacted from the next look on (common.redact)."""
+    values = [os.environ.get(var, "") for name in referenced_secrets(cfg) for var in env_names(name)]
+    values += [v for var, v in os.environ.items() if var.startswith("STARLING_SECRET_")]
+    values.append(os.environ.get("SESSION_SECRET", ""))
+    register_secrets(v for v in values if v)
+    watch_file(paths.secrets_file, _file_values)
+    watch_file(paths.session_secret_file, _token_value)
+    watch_file(paths.control_token_file, _token_value)
 
 
 def session_secret(paths: Paths) -> bytes:

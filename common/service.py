@@ -16,7 +16,7 @@ from common.config import Config, load_config
 from common.errors import StarlingError
 from common.home import Paths, ensure_layout, paths_for, resolve_home
 from common.log import setup_logging
-from common.secrets import session_secret
+from common.secrets import register_known_secrets, session_secret
 
 
 @dataclass
@@ -46,6 +46,7 @@ def boot(name: str, argv: list[str] | None = None, description: str = "") -> Ser
         paths = paths_for(home, cfg)
         ensure_layout(paths)
         key = bus.bus_key(session_secret(paths))
+        register_known_secrets(paths, cfg)  # before any work: every value known is redacted from the start
         endpoints = bus.endpoints(paths.run_dir, cfg.bus.writer_endpoint, cfg.bus.events_endpoint)
     except StarlingError as exc:
         log.error("startup_failed", error=str(exc))

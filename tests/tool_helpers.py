@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import structlog
 
-from common import log
+from common import redact
 from common.personas import create_pack
 from schema import messages as m
 from services.runner.tools.base import ToolContext
@@ -39,5 +39,4 @@ def make_ctx(home, agent: str = "alice", call=None, reader=None, session_id: int
 @pytest.fixture(autouse=True)
 def no_secrets_from_other_tests(monkeypatch):
     """Redaction is process-wide: start each test with none of the values other tests registered."""
-    monkeypatch.setattr(log, "_secrets", set())
-    monkeypatch.setattr(log, "_pattern", None)
+    monkeypatch.setattr(redact, "_registry", redact.Registry())

@@ -16,6 +16,7 @@ import structlog
 
 from common import bus, db, sandbox
 from common.errors import StarlingError, WriteRejected
+from common.redact import redact_struct
 from common.runtime import Runtime
 from common.service import boot
 from schema import messages as m
@@ -43,7 +44,9 @@ class Runner:
         self.lease_s = self.cfg.runner.lease_s
 
     async def call(self, op: m.WriteOp):
-        return await self.rt.client.call(op)
+        # Every write of a turn and its tools passes here: what is stored (turns, so the FTS index too,
+        # tool results, audit arguments, approvals, outbox) holds no secret value the runner knows.
+        return await self.rt.client.call(redact_struct(op))
 
     # ------------------------------------------------------------ models
 

@@ -20,7 +20,8 @@ A subclass says where to POST, with which headers, how to build the body and how
   attempt starts after `budget_s` from the first. A server that asks for more than `max_wait_s` is not
   retried: the person hears about it at once. 4xx answers are final.
 - Key values never reach an exception or a log line: texts from the server are scrubbed of the key and
-  passed through the log redactor before they are used.
+  passed through the redactor before they are used. Every request body is redacted too (common.redact):
+  no secret value the runner knows, in any form it finds, reaches a model.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from common.errors import MissingSecret, StarlingError
-from common.log import get_logger, redact
+from common.log import get_logger
+from common.redact import redact, redact_value, refresh
 from common.secrets import resolve_secret
 from services.runner.llm import Message, ModelReply, ProviderError, ToolSpec
 
@@ -195,7 +197,10 @@ class Provider(ABC):
         headers = {"content-type": "application/json", "accept": "application/json", **self._extra_headers()}
         if key:
             headers.update(self._auth_headers(key))
-        payload = json.dumps(self._body(system, messages, tools, max_tokens), ensure_ascii=False).encode()
+        refresh()
+        # The one place every request body passes: no secret value the runner knows reaches a model.
+        body = redact_value(self._body(system, messages, tools, max_tokens))
+        payload = json.dumps(body, ensure_ascii=False).encode()
         url = self._endpoint()
         started = time.monotonic()
         failure: _Failure | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from common.log import redact, redact_value
+from common.redact import redact, redact_value, refresh
 from services.runner.llm import ToolSpec
 from services.runner.tools import cron, files, home_paths, jobs, memory, output, recall, send, shell
 from services.runner.tools.base import Refused, Tool, ToolContext, ToolError, ToolResult
@@ -144,6 +144,7 @@ async def execute(ctx: ToolContext, name: str, args: Any, enabled_groups: Iterab
     except Exception as e:  # a bug or an unexpected OS failure: the model hears of it, the turn goes on
         ctx.log.warning("tool_failed", tool=name, error=redact(f"{type(e).__name__}: {e}"))
         result = ToolResult(f"{name} failed: {type(e).__name__}: {e}", outcome="error")
+    refresh()  # a secret stored while the tool ran is redacted from this very result
     result.content = redact(result.content)
     result.approval_reason = redact(result.approval_reason)
     if result.outcome != "ok":  # error texts name no absolute path of the home (a command's output is its own)
