@@ -40,13 +40,12 @@ from pathlib import Path
 
 from services.runner.tools.base import ToolContext
 from services.runner.tools.shell_lex import (
-    SUB, ParseError, Segment, TooMany, Word, expand_braces, glob_index, lex, segments,
+    ParseError, Segment, TooMany, Word, expand_braces, glob_index, lex, segments,
 )
 from services.runner.tools.shell_options import READ_ONLY, git, judge
 from services.runner.tools.shell_paths import (
-    ASK, DESCRIPTOR_PATHS, FREE_SINK, HARMLESS_DEVICES, RANK, READ, REFUSE, SCRATCH, Env, Verdict, check_words,
-    env_for, expand, find_links, inside, odd_tilde, pattern_regex, resolve, resolve_targets, under_system,
-    word_values,
+    ASK, HARMLESS_DEVICES, RANK, READ, REFUSE, SCRATCH, Env, Verdict, check_redirects, check_words, env_for, expand,
+    find_links, inexact, inside, pattern_regex, resolve, resolve_targets, shown, under_system, word_values,
 )
 
 __all__ = ["classify", "READ", "SCRATCH", "ASK", "REFUSE", "RANK"]
@@ -304,7 +303,7 @@ def _command(words: list[Word], env: Env, verdict: Verdict, depth: int, subs: li
     first = words[0]
     names = program_names(first, env)
     if names is None:
-        verdict.add(REFUSE, f"the program to run ({_shown(first)}) is worked out only when the"
+        verdict.add(REFUSE, f"the program to run ({shown(first)}) is worked out only when the"
                             " command runs, so it cannot be checked against the hard line; name it")
         return
     if first.glob:
@@ -405,65 +404,6 @@ def _cd(args: list[Word], env: Env, verdict: Verdict) -> None:
 # ---------------------------------------------------------------- simple commands and redirections
 
 
-def _inexact(word: Word) -> str | None:
-    """Why bash's expansion of a word cannot be known here (None: it can)."""
-    if word.ansi:
-        return f"uses $'…' quoting ({word.text})"
-    if word.unknown or SUB in word.text:
-        return "uses values computed when it runs (substitutions, ${…}, $((…)))"
-    if word.vars:
-        return f"uses variables (${sorted(word.vars)[0]})"
-    tilde = odd_tilde(word)
-    if tilde:
-        return f"uses {tilde}, which bash reads from the shell's state ($PWD, $OLDPWD, the directory stack)"
-    return None
-
-
-def _shown(word: Word) -> str:
-    return word.text.replace(SUB, "$(…)")
-
-
-def _redirects(seg: Segment, env: Env, verdict: Verdict) -> None:
-    for op, target in seg.redirects:
-        base = op.lstrip("0123456789")
-        if target is None:
-            verdict.add(ASK, f"a redirection ({op}) without a target")
-            continue
-        if base in ("<<", "<<-"):
-            # bash expands $(...) and backticks in a here-document's body whatever quotes or # it holds
-            verdict.add(ASK, "a here-document (its text is expanded when the command runs)")
-            continue
-        if base in (">&", "<&") and re.fullmatch(r"\d*-?", target.text) and not target.computed:
-            continue  # 2>&1, >&-: a descriptor, not a file
-        why = _inexact(target) or ("a pattern" if target.glob else None)
-        try:
-            if why is None and expand_braces(target) != [target]:
-                why = "a brace expansion"
-        except TooMany:
-            why = "a brace expansion"
-        if why:
-            verdict.add(ASK, f"redirects to a place worked out when it runs ({op} {_shown(target)}: {why})")
-        check_words([target], env, False, verdict)
-        if base in ("<", "<<<"):
-            continue
-        free = True
-        for value in word_values(target, env, guess=True) or [""]:
-            for cwd in env.cwds:
-                lexical = value if value.startswith("/") else str(cwd / value)
-                resolved = resolve(Path(lexical), cwd)[0]
-                if lexical == FREE_SINK and str(resolved) == FREE_SINK:
-                    continue
-                free = False
-                if lexical in HARMLESS_DEVICES or lexical.startswith(DESCRIPTOR_PATHS):
-                    continue
-                if lexical.startswith("/dev/") or str(resolved).startswith("/dev/"):
-                    verdict.add(REFUSE, f"writes onto a device ({lexical})")
-                elif under_system(resolved):
-                    verdict.add(REFUSE, f"writes into a system folder ({resolved})")
-        if not free or why:
-            verdict.add(ASK, f"writes to a file ({op} {_shown(target)})")
-
-
 def _expanded(words: list[Word], verdict: Verdict) -> list[Word]:
     """The words after bash's brace expansion (the first step of its word expansion)."""
     out: list[Word] = []
@@ -502,16 +442,16 @@ def _segment(seg: Segment, env: Env, verdict: Verdict, depth: int, subs: list[st
         verdict.add(ASK, "sets shell variables")
     words = _expanded(words, verdict)
     for w in assignments + words:
-        why = _inexact(w)
+        why = inexact(w)
         if why:
             verdict.add(ASK, why)
     named = words[1:] if words and "/" not in words[0].text else words  # a program name is looked up in PATH
     check_words(assignments + named, env, False, verdict)
-    _redirects(seg, env, verdict)
+    check_redirects(seg.redirects, env, verdict)
     fed = [t for _, t in seg.redirects if t is not None]
     if words and any(_runs_code(n) for n in program_names(words[0], env) or ()):
         if _downloads(fed, subs):
-            verdict.add(REFUSE, "feeds a download to a shell or interpreter (bash <<< \"$(curl …)\", sh < <(wget …))")
+            verdict.add(REFUSE, "feeds a download to a shell or interpreter (<<< \"$(curl …)\", < <(wget …))")
         for op, target in seg.redirects:
             if op.endswith("<<<") and target is not None and not target.computed:
                 level, reason = _classify(target.text, env, depth + 1)

@@ -458,6 +458,74 @@ def find_links(start: Path, env: Env, verdict: Verdict) -> None:
             continue
 
 
+# ---------------------------------------------------------------- words the check cannot expand, redirections
+
+
+def inexact(word: Word) -> str | None:
+    """Why bash's expansion of a word cannot be known here (None: it can)."""
+    if word.ansi:
+        return f"uses $'…' quoting ({word.text})"
+    if word.unknown or SUB in word.text:
+        return "uses values computed when it runs (substitutions, ${…}, $((…)))"
+    if word.vars:
+        return f"uses variables (${sorted(word.vars)[0]})"
+    tilde = odd_tilde(word)
+    if tilde:
+        return f"uses {tilde}, which bash reads from the shell's state ($PWD, $OLDPWD, the directory stack)"
+    return None
+
+
+def shown(word: Word) -> str:
+    """A word as the model wrote it, near enough for a reason text."""
+    return word.text.replace(SUB, "$(…)")
+
+
+def check_redirects(redirects: list[tuple[str, Word | None]], env: Env, verdict: Verdict) -> None:
+    """Redirections: reads follow the path rules; writes ask unless to /dev/null, onto devices and system
+    folders they are refused; targets bash works out when it runs ask; here-documents ask."""
+    for op, target in redirects:
+        base = op.lstrip("0123456789")
+        if target is None:
+            verdict.add(ASK, f"a redirection ({op}) without a target")
+            continue
+        if base in ("<<", "<<-"):
+            # bash expands $(...) and backticks in a here-document's body whatever quotes or # it holds
+            verdict.add(ASK, "a here-document (its text is expanded when the command runs)")
+            continue
+        if base in (">&", "<&") and re.fullmatch(r"\d*-?", target.text) and not target.computed:
+            continue  # 2>&1, >&-: a descriptor, not a file
+        why = inexact(target) or ("a pattern" if target.glob else None)
+        try:
+            if why is None and expand_braces(target) != [target]:
+                why = "a brace expansion"
+        except TooMany:
+            why = "a brace expansion"
+        if why:
+            verdict.add(ASK, f"redirects to a place worked out when it runs ({op} {shown(target)}: {why})")
+        check_words([target], env, False, verdict)
+        if base in ("<", "<<<"):
+            continue
+        free = True
+        for value in word_values(target, env, guess=True) or [""]:
+            for cwd in env.cwds:
+                lexical = value if value.startswith("/") else str(cwd / value)
+                resolved = resolve(Path(lexical), cwd)[0]
+                if lexical == FREE_SINK and str(resolved) == FREE_SINK:
+                    continue
+                free = False
+                if lexical in HARMLESS_DEVICES or lexical.startswith(DESCRIPTOR_PATHS):
+                    continue
+                if lexical.startswith("/dev/") or str(resolved).startswith("/dev/"):
+                    verdict.add(REFUSE, f"writes onto a device ({lexical})")
+                elif under_system(resolved):
+                    verdict.add(REFUSE, f"writes into a system folder ({resolved})")
+        if not free or why:
+            verdict.add(ASK, f"writes to a file ({op} {shown(target)})")
+
+
+# ---------------------------------------------------------------- where writes and deletes land
+
+
 def resolve_targets(word: Word, env: Env, *, follow_last: bool = False) -> list[Path] | None:
     """Where a target word points (glob-expanded) from every candidate cwd; None if unknowable.
 
