@@ -109,3 +109,14 @@ def test_short_values_are_not_registered(stream):
     register_secret("ab")
     setup_logging("runner", stream=stream).info("ab cd")
     assert "ab cd" == lines(stream)[0]["event"]
+
+
+def test_a_secret_is_redacted_encoded_too(stream):
+    import base64
+
+    register_secret("sk-topsecret-encoded-5")
+    encoded = base64.b64encode(b"sk-topsecret-encoded-5").decode()
+    setup_logging("runner", stream=stream).info("body", b64=encoded, hex=b"sk-topsecret-encoded-5".hex(" "))
+    event = lines(stream)[0]
+    assert encoded[4:-4] not in stream.getvalue() and "[redacted]" in event["b64"]
+    assert "[redacted]" == event["hex"]
