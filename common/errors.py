@@ -55,11 +55,10 @@ class DatabaseUnusable(StarlingError):
     def __init__(self, db_file: Path | str, problem: str) -> None:
         self.db_file = db_file
         self.problem = problem
-        backups = Path(db_file).parent / "backups"
         super().__init__(
-            f"{db_file}: {problem}; Starling will not start on it. Stop Starling, then restore a backup over it"
-            f" (a copy made by `starling backup`, in {backups}/), or move it aside with its -wal and -shm"
-            " files to start with an empty database"
+            f"{db_file}: {problem}; Starling will not start on it. Stop Starling (`starling down`), then restore"
+            " a backup (`starling backup list`, then `starling backup restore PATH --force`), or move the file"
+            " aside with its -wal and -shm files to start with an empty database"
         )
 
 

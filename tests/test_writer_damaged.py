@@ -24,7 +24,8 @@ from common.supervisor import Supervisor
 from services.writer import startup
 from tests.procs import REPO, Proc, make_home, remove_home, start_writer, wait_until
 
-WAY_OUT = "Starling will not start on it. Stop Starling, then restore a backup over it"
+WAY_OUT = ("Starling will not start on it. Stop Starling (`starling down`), then restore a backup"
+           " (`starling backup list`, then `starling backup restore PATH --force`)")
 
 
 def _good_database(db_file: Path, rows: int = 3000) -> None:
