@@ -216,7 +216,7 @@ EVERYDAY = [
     "realpath .", "basename /a/b.txt .txt", "seq 1 5", "nl f", "column -t f", "tac f", "rev f", "fold -w 80 f",
     "test -f f && echo yes", "[ -d x ] || echo no", "printf '%s\\n' a b", "ls ~", "cat ~/notes.txt",
     "cat notes.txt 2>/dev/null", "ls 2>&1 | head", "ls ..", "cat /etc/hostname", "grep foo -- ./*.md",
-    "cd sub && ls", "cat -- *.txt",
+    "cd sub && ls", "cat -- *.txt", "true", "false || echo no",
 ]
 
 

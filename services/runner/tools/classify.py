@@ -72,7 +72,8 @@ INTERPRETERS = SHELLS | frozenset({"python", "python2", "python3", "node", "node
 DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https", "lwp-request", "GET"})
 _INTERPRETER_VERSION = re.compile(r"^(python|pypy|ruby|perl|php|node|lua)[\d.]*$")
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
-_FORK_BOMB = re.compile(r"([^\s(){}|&;]+)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*\1")
+# a name starts at a boundary (the lookbehind keeps the search linear on a long word)
+_FORK_BOMB = re.compile(r"(?<![^\s;&|(){}])([^\s(){}|&;]+)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*\1")
 _DOWNLOAD_WORD = re.compile(r"\b(" + "|".join(sorted(DOWNLOADERS - {"GET"})) + r")\b")
 RM_LITERALS = frozenset({"/", "/*", "~", "~/", "~/*", "*", ".", "./", "..", "../", "./*", "../*", ".*", "$HOME",
                          "${HOME}", "$HOME/", "$HOME/*", "${HOME}/*"})

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 SUB = "\x00"  # stands for a substitution's output inside a word (a command cannot contain NUL)
-MAX_BRACE = 4096  # words one brace expansion may produce before the check gives up
+MAX_BRACE = 1024  # words one brace expansion may produce before the check gives up
 OPS = sorted(
     ["&>>", "<<<", ";;&", "<<-", ";;", ";&", "&&", "||", "|&", ">>", ">|", "<<", "<>", "&>", ">&", "<&",
      ";", "&", "|", "(", ")", "<", ">"],

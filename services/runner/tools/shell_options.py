@@ -194,7 +194,7 @@ SPECS: dict[str, Spec] = {
                  deny="o: writes its output to a file; R: writes files; fromfile: reads a listing from a file",
                  recursive=True, follow="l", abbrev=False),
 }
-READ_ONLY = frozenset(SPECS) | {"find", "xxd", "jq", "echo", "printf", "test", "[", "cd"}
+READ_ONLY = frozenset(SPECS) | {"find", "xxd", "jq", "echo", "printf", "test", "[", "cd", "true", "false"}
 
 
 @dataclass

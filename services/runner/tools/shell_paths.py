@@ -316,6 +316,8 @@ def resolve(path: Path, cwd: Path) -> tuple[Path, bool]:
     process: its cwd is ``cwd``, its root is /, anything else there is not known (the path stops)."""
     todo = list(path.parts[1:])
     out, through_self, hops = Path("/"), False, MAX_HOPS
+    if path.parts[: len(cwd.parts)] == cwd.parts:  # the working folder is resolved already
+        out, todo = cwd, list(path.parts[len(cwd.parts):])
     while todo:
         part = todo.pop(0)
         if part in ("", "."):
