@@ -13,8 +13,9 @@ runs without asking, what waits for a person's approval, and what never runs at 
   ``.scratchpad/`` (the one free delete);
 - ``ask``: anything else (writes, deletes, network, installs, interpreters, unknown programs,
   control structures): runs once approved;
-- ``refuse``: the hard line, never run even when approved: rm of /, ~, *, a home or workspace root,
-  a system folder, Starling's data or another agent's folder, or of a path the check cannot work out;
+- ``refuse``: the hard line, never run even when approved: rm (and find -delete) of /, ~, *, a home or
+  workspace root, a system folder, Starling's data and own files, the agents' folder or another agent's
+  folder, or of a path the check cannot work out;
   mkfs and friends; dd/redirections onto devices; writes into /etc and other system folders;
   shutdown/reboot/halt/poweroff; fork bombs; sudo/su/doas; a download piped or substituted into a
   shell; kill -1; reading another process's /proc entries; any path inside Starling's data folder or
@@ -28,8 +29,9 @@ turn them into an option (-e[x]ec, a file named -exec matched by *); so do paths
 and every program a pattern could name, and refuses when unsure.
 
 The command line is split on ; && || | & newlines, ( ), $( ), backticks and <( ) (shell_lex.py);
-each part is classed and the strictest wins. Wrappers (xargs, timeout, env, nohup, …), find -exec and
-``bash -c``/``eval`` are looked through for the hard line.
+each part is classed and the strictest wins. Wrappers (xargs, timeout, env, nohup, watch 'cmd', …),
+find -exec, ``bash -c``/``eval``, and literal text echoed or here-stringed into a shell are looked
+through for the hard line.
 """
 
 from __future__ import annotations
