@@ -115,6 +115,8 @@ class _Gateway(_Section, kw_only=True):
     listen: str  # each platform sets its own default port
     groups: Literal["mention", "all"] = "mention"  # in an allowed group: answer only when addressed, or always
     max_attachment_mb: Annotated[float, Meta(gt=0, le=2000)] = 20.0  # larger inbound files are not fetched
+    # "" : served by the platform's program (gateway-<platform>); a name: by gateway-<platform>-<name>
+    process: Annotated[str, Meta(pattern=r"^$|" + ID_PATTERN)] = ""
 
     def __post_init__(self) -> None:
         msgspec.structs.force_setattr(self, "allow", [str(x) for x in self.allow])
@@ -551,6 +553,7 @@ outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed
 # allow = []                   # sender ids and group chat ids; empty: unknown senders get a pairing code
 # groups = "mention"           # in an allowed group: answer when mentioned or replied to | "all"
 # max_attachment_mb = 20       # larger inbound files are not downloaded (the agent is told)
+# process = ""                 # "NAME": served by a process of its own, gateway-telegram-NAME (every platform has it)
 # listen = "127.0.0.1:7830"    # webhook mode: where the webhook server binds (behind your TLS proxy)
 # public_url = ""              # webhook mode (required): the https URL Telegram posts to
 # secret_token = "telegram-main-webhook"   # webhook mode: a secret's name
@@ -632,7 +635,7 @@ busy_timeout_ms = 5000
 reserve_mb = 16                # freed when the data disk fills, so heartbeats, delivery reports and alerts still commit
 
 [bus]
-writer_endpoint = ""           # "" = ipc://<data_dir>/run/writer.sock; tcp:// for other hosts
+writer_endpoint = ""           # "" = ipc://<data_dir>/run/writer.sock; tcp:// on 127.0.0.1 only (other hosts: not built)
 events_endpoint = ""           # "" = ipc://<data_dir>/run/events.sock
 request_timeout_ms = 2000      # resend an unacked request after this
 window = 256                   # max in-flight requests per client

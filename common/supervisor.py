@@ -12,12 +12,12 @@ from pathlib import Path
 
 from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
 
+from common import supervisor_conf
 from common.config import Config
 from common.errors import StarlingError
 from common.home import Paths
+from common.programs import PLATFORMS, expected_services  # noqa: F401 - re-exported for callers
 
-CONF = Path(__file__).resolve().parent.parent / "supervisord.conf"
-PLATFORMS = ("telegram", "slack", "whatsapp")
 LOG_MAXBYTES = "10MB"
 LOG_BACKUPS = 5
 RPC_TIMEOUT_S = 10.0
@@ -42,26 +42,15 @@ def pid_file(paths: Paths) -> Path:
     return paths.run_dir / "supervisord.pid"
 
 
-def expected_services(cfg: Config) -> list[str]:
-    """Every program `up` waits for, in start order: the writer first."""
-    names = ["writer", *(f"runner-{i}" for i in range(cfg.runner.processes)), "scheduler", "sweeper", "control"]
-    names += [f"gateway-{p}" for p in PLATFORMS if getattr(cfg.gateways, p)]
-    return names
-
-
 def environment(paths: Paths, cfg: Config, log_maxbytes: str = LOG_MAXBYTES) -> dict[str, str]:
-    """The variables supervisord.conf reads: where things are, how many runners, which gateways."""
-    env = {
+    """The variables the rendered supervisord.conf leaves to supervisord's environment, and where the home is."""
+    return {
         "STARLING_HOME": str(paths.home),
         "STARLING_DATA": str(paths.data_dir),
         "STARLING_PYTHON": sys.executable,
-        "STARLING_RUNNERS": str(cfg.runner.processes),
         "STARLING_LOG_MAXBYTES": os.environ.get("STARLING_LOG_MAXBYTES", log_maxbytes),
         "STARLING_LOG_BACKUPS": str(LOG_BACKUPS),
     }
-    for platform in PLATFORMS:
-        env[f"STARLING_GATEWAY_{platform.upper()}"] = "true" if getattr(cfg.gateways, platform) else "false"
-    return env
 
 
 class _BoundedConnection(UnixStreamHTTPConnection):
@@ -120,7 +109,8 @@ class Supervisor:
         """Start supervisord for this home (daemonised, or in the foreground for containers)."""
         env = {**os.environ, **environment(self.paths, cfg)}
         os.umask(0o077)  # supervisord opens its own log before it applies the config's umask
-        command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONF)]
+        conf = supervisor_conf.write(self.paths, cfg)
+        command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)]
         if foreground:
             os.execvpe(command[0], [*command, "--nodaemon"], env)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
@@ -139,11 +129,35 @@ class Supervisor:
     def shutdown(self) -> None:
         self._proxy().supervisor.shutdown()
 
-    def start_process(self, name: str) -> None:
-        self._proxy().supervisor.startProcess(self._full_name(name), True)
+    def start_process(self, name: str, wait: bool = True) -> None:
+        self._rpc("startProcess", self._full_name(name), wait)
 
-    def stop_process(self, name: str) -> None:
-        self._proxy().supervisor.stopProcess(self._full_name(name), True)
+    def stop_process(self, name: str, wait: bool = True) -> None:
+        self._rpc("stopProcess", self._full_name(name), wait)
+
+    def signal_process(self, name: str, signal_name: str) -> None:
+        self._rpc("signalProcess", self._full_name(name), signal_name)
+
+    def update(self, paths: Paths, cfg: Config) -> tuple[list[str], list[str], list[str]]:
+        """Render the home's supervisord.conf again and apply it as `supervisorctl update` does: programs
+        gone are stopped and removed, new ones added (and so started), changed ones replaced.
+        Returns (added, changed, removed) program names."""
+        supervisor_conf.write(paths, cfg)
+        added, changed, removed = self._rpc("reloadConfig")[0]
+        for name in [*removed, *changed]:
+            self._rpc("stopProcessGroup", name, True)
+            self._rpc("removeProcessGroup", name)
+        for name in [*changed, *added]:
+            self._rpc("addProcessGroup", name)
+        return sorted(added), sorted(changed), sorted(removed)
+
+    def _rpc(self, method: str, *args):
+        try:
+            return getattr(self._proxy().supervisor, method)(*args)
+        except xmlrpc.client.Fault as fault:
+            raise StarlingError(f"supervisord refused {method}{args!r}: {fault.faultString}") from None
+        except OSError as exc:
+            raise StarlingError(f"supervisord at {self.url} did not answer: {exc}") from None
 
     def _full_name(self, name: str) -> str:
         for info in self.processes():
