@@ -18,6 +18,7 @@ archive invalid, and nothing of it is restored.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -361,7 +362,7 @@ def restore(archive: Path, home: Path, force: bool = False,
             raise BackupError(f"{archive}: its config.toml does not load here: {exc}") from None
         paths = paths_for(home, cfg)
         _refuse_home(paths, force, refuse)  # data_dir may live elsewhere: look there too
-        os.replace(staging / "config.toml", paths.config_file)
+        _move(staging / "config.toml", paths.config_file)
         ensure_layout(paths)
         agents, sessions = _place(staging, paths)
     finally:
@@ -379,16 +380,34 @@ def _refuse_home(paths: Paths, force: bool, refuse: Callable[[Paths], str | None
                             " agents and WhatsApp sessions with the backup's")
 
 
+def _move(source: Path, target: Path) -> None:
+    """Rename ``source`` (a file or a folder) to ``target``; across file systems (data_dir on another disk),
+    copy it beside ``target`` first and rename that, so ``target`` is never seen half made."""
+    try:
+        os.replace(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.restoring")
+    if source.is_dir():
+        shutil.copytree(source, temp, symlinks=False)
+    else:
+        shutil.copyfile(source, temp)
+        os.chmod(temp, FILE_MODE)
+    os.replace(temp, target)
+
+
 def _place(staging: Path, paths: Paths) -> tuple[list[str], list[str]]:
     """Move the staged files into the home: the database first without the old WAL (it belongs to the
     replaced file), then secrets, sessions and packs (each pack and session folder replaced whole)."""
     for suffix in ("-wal", "-shm", "-journal"):
         Path(str(paths.db_file) + suffix).unlink(missing_ok=True)
-    os.replace(staging / DB_NAME, paths.db_file)
+    _move(staging / DB_NAME, paths.db_file)
     db.refusal_file(paths.db_file).unlink(missing_ok=True)
     for name in DATA_FILES:
         if (staging / "data" / name).exists():
-            os.replace(staging / "data" / name, paths.data_dir / name)
+            _move(staging / "data" / name, paths.data_dir / name)
     sessions = _replace_children(staging / "data/whatsapp", paths.whatsapp_dir)
     agents = _replace_children(staging / "agents", paths.agents_dir)
     for agent in agents:
@@ -410,5 +429,5 @@ def _replace_children(source: Path, target: Path) -> list[str]:
             aside = target / f".{name}.replaced-{secrets.token_hex(4)}"
             os.rename(old, aside)
             shutil.rmtree(aside, ignore_errors=True)
-        os.rename(source / name, old)
+        _move(source / name, old)
     return names

@@ -272,3 +272,32 @@ def test_create_refuses_to_replace_an_existing_file(capsys, source, tmp_path):
     target.write_text("keep me")
     rc, _, err = cli(capsys, "--home", str(source.root), "backup", "create", str(target))
     assert (1, "keep me", True) == (rc, target.read_text(), "exists" in err)
+
+
+def test_restore_moves_files_across_file_systems_when_data_dir_lives_elsewhere(tmp_path):
+    """data_dir on another disk (here /dev/shm, a tmpfs): the staged files cannot be renamed there, so they
+    are copied beside their place and renamed."""
+    from common import backup
+    from common.home import paths_for
+    from common.stores import schema_store
+
+    elsewhere = Path(tempfile.mkdtemp(prefix="st", dir="/dev/shm"))
+    source = make_home(default_config_text().replace('data_dir = "data"', f'data_dir = "{elsewhere}/data"'))
+    try:
+        assert os.stat(source.paths.data_dir).st_dev != os.stat(source.root).st_dev
+        conn = db.open_writer(source.paths.db_file)
+        schema_store.migrate(conn, source.paths.db_file)
+        conn.close()
+        assert 0 == main(["--home", str(source.root), "init"])
+        archive = tmp_path / "a.tar.gz"
+        backup.write_archive(archive, backup.collect(source.paths, source.paths.db_file), source.root,
+                             schema_store.code_version())
+        shutil.rmtree(elsewhere / "data")  # the old host's data disk is gone
+        target = tmp_path / "new"
+        done = backup.restore(archive, target)
+        paths = paths_for(target, source.cfg)
+        assert ("ok", ["default"], True, 0o600) == (done.integrity, done.agents, paths.db_file.is_file(),
+                                                   mode(paths.db_file))
+    finally:
+        remove_home(source)
+        shutil.rmtree(elsewhere, ignore_errors=True)

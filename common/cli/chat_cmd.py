@@ -127,7 +127,10 @@ class Chat:
                     if text.strip() == "/help":
                         print(HELP)
                     elif text.strip():
-                        await self.wait_interruptibly(await self.send(text), text)
+                        try:
+                            await self.wait_interruptibly(await self.send(text), text)
+                        except StarlingError as exc:  # the writer down or restarting: the chat goes on
+                            output.error(f"{exc}; the message may not have been sent")
             finally:
                 listener.cancel()
 

@@ -386,7 +386,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for line in fixed:
         print(output.paint("fixed", "green") + "  " + line)
     if args.fix:
-        print(("nothing to fix" if not fixed else f"{len(fixed)} fixed") + "\n")
+        broken = checks[0].name == "config" and checks[0].status == FAIL
+        print(("nothing fixed: config.toml does not load (below)" if broken else "nothing to fix" if not fixed
+               else f"{len(fixed)} fixed") + "\n")
     width = max(len(c.name) for c in checks)
     for c in checks:
         print(output.paint(c.status.ljust(4), _STATUS_COLOUR[c.status]) + "  " + c.name.ljust(width) + "  " + c.reason)
