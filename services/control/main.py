@@ -19,6 +19,7 @@ from aiohttp import web
 from common import db, health
 from common.db import read_tx
 from common.errors import StarlingError
+from common.gateway.webhook import HEADER_TIMEOUT_S, HeaderDeadline
 from common.home import ensure_token_file
 from common.runtime import Runtime
 from common.service import Service, boot
@@ -142,15 +143,19 @@ async def serve(rt: Runtime) -> None:
     await asyncio.to_thread(db.wait_for_schema, svc.paths.db_file, 60.0, stop=svc.stopping)
     control = Control(svc, rt)
     host, _, port = svc.cfg.control.listen.rpartition(":")
-    runner = web.AppRunner(control.app(), access_log=None)
+    # the same header deadline as the webhook servers: with allow_remote the API is reachable from afar
+    runner = web.AppRunner(control.app(), access_log=None, keepalive_timeout=HEADER_TIMEOUT_S)
     await runner.setup()
-    site = web.TCPSite(runner, host.strip("[]"), int(port))
-    await site.start()
+    factory = runner.server
+    server = await asyncio.get_running_loop().create_server(
+        lambda: HeaderDeadline(factory(), HEADER_TIMEOUT_S, lambda: svc.log.info("slow_headers_cut")),
+        host.strip("[]"), int(port), reuse_address=True)
     svc.log.info("listening", listen=svc.cfg.control.listen)
     await rt.announce_ready()
     try:
         await control.watch()
     finally:
+        server.close()
         await runner.cleanup()
 
 
