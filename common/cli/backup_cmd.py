@@ -103,6 +103,8 @@ def cmd_create(args: argparse.Namespace) -> int:
         result = ctx.call(m.Backup(path=str(copy)), timeout_s=BACKUP_TIMEOUT_S, on_wait=progress.update, long=True)
         if not isinstance(result, m.BackedUp):
             raise StarlingError(f"the writer answered the backup with {type(result).__name__}, not BackedUp")
+        if Path(result.path) != copy:  # the writer runs one backup at a time and answered another's
+            raise StarlingError("another backup was being made at the same time; try again when it is done")
         manifest = backup.write_archive(target, backup.collect(ctx.paths, copy), ctx.home, backup.schema_of(copy))
     finally:
         progress.finish()

@@ -128,7 +128,7 @@ class Chat:
                         print(HELP)
                     elif text.strip():
                         try:
-                            await self.wait_interruptibly(await self.send(text), text)
+                            await self.wait_interruptibly(text)
                         except StarlingError as exc:  # the writer down or restarting: the chat goes on
                             output.error(f"{exc}; the message may not have been sent")
             finally:
@@ -188,9 +188,12 @@ class Chat:
                 await asyncio.sleep(POLL_S)
         return False
 
-    async def wait_interruptibly(self, watched: list[int], text: str) -> None:
-        """Wait for the answer; Ctrl-C (SIGINT: no prompt reads the keys meanwhile) stops waiting."""
-        waiting = asyncio.create_task(self.wait(watched, text))
+    async def wait_interruptibly(self, text: str) -> None:
+        """Send, and wait for the answer; Ctrl-C (SIGINT: no prompt reads the keys meanwhile) stops waiting."""
+        async def send_and_wait() -> bool:
+            return await self.wait(await self.send(text), text)
+
+        waiting = asyncio.create_task(send_and_wait())
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, waiting.cancel)
         try:
