@@ -338,3 +338,30 @@ def test_a_runner_redacts_every_known_value_from_what_it_sends_and_stores(monkey
         audit = audit_store.tools_for_session(conn, accepted.session_id)
         assert ["file_read", "file_write", "file_read"] == [a.tool for a in audit]
         assert REDACTED in audit[1].arguments and FILE_ONLY not in audit[1].arguments
+
+
+def test_a_secret_pasted_into_a_chat_is_not_stored(writer_home):
+    """The writer redacts an inbound message's text before it becomes a turn (and so the FTS index)."""
+    import asyncio
+    import uuid
+
+    from common import db
+    from common.db import read_tx
+    from common.secrets import set_secret
+    from common.stores import turn_store
+    from schema import messages as m
+
+    value = "sk-pasted-" + uuid.uuid4().hex
+    set_secret(writer_home.paths.secrets_file, "pasted", value)
+    time.sleep(1.2)  # the writer looks at secrets.json at most once a second
+
+    async def send():
+        async with writer_home.client("gateway") as c:
+            return await c.call(m.Inbound(agent="default", instance="t", chat="paste", sender="u", text=f"key: {value}",
+                                          dedupe_keys=[uuid.uuid4().hex]))
+
+    accepted = asyncio.run(send())
+    conn = db.open_reader(writer_home.paths.db_file)
+    with read_tx(conn) as c:
+        text = turn_store.get(c, accepted.turn_id).content
+    assert value not in text and "key: " in text

@@ -6,6 +6,7 @@ import secrets
 
 import msgspec
 
+from common.redact import redact
 from common.stores import (
     access_store, approval_store, audit_store, beat_store, job_store, keys_store, outbox_store,
     session_store, turn_store,
@@ -194,8 +195,9 @@ def _inbound(conn, op: m.Inbound, now: float, events: list[Pending]) -> m.Accept
     if first is not None:
         return m.Accepted(turn_id=first, session_id=turn_store.session_of(conn, first) or 0, duplicate=True)
     session_id = session_store.open_session(conn, op.agent, op.instance, op.chat, now)
+    # a secret a person pastes into a chat is not kept in turns or the FTS index either
     turn_id = turn_store.add_user_turn(
-        conn, session_id, op.text, op.sender, op.sender_name, op.platform_msg_id, op.reply_to,
+        conn, session_id, redact(op.text), op.sender, op.sender_name, op.platform_msg_id, op.reply_to,
         _json.encode(op.attachments).decode(), op.meta, now,
     )
     keys_store.remember_inbound(conn, op.dedupe_keys, turn_id, now)
