@@ -78,9 +78,23 @@ def decode_toml(path: Path, type_):
     except UnicodeDecodeError:
         raise ConfigError(path, "-", "not UTF-8 text") from None
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        key = message.rsplit("at `$.", 1)[-1].rstrip("`") if "at `$." in message else "-"
-        raise ConfigError(path, key, message.split(" - at ")[0]) from None
+        key, reason = _explain(str(exc), type_)
+        raise ConfigError(path, key, reason) from None
+
+
+def _explain(message: str, type_) -> tuple[str, str]:
+    """msgspec's "... - at `$.a.b`" as a dotted key and a reason that says what was expected."""
+    text, _, at = message.partition(" - at ")
+    parts = [p for p in at.strip("`").removeprefix("$").split(".") if p]
+    struct = type_
+    for part in parts:  # the struct the failing key sits in, for the list of keys it takes
+        hint = msgspec.structs.fields(struct) if isinstance(struct, type) else ()
+        struct = next((f.type for f in hint if f.name == part), None)
+    unknown = re.match(r"Object contains unknown field `(.*)`$", text)
+    if unknown:
+        known = [f.name for f in msgspec.structs.fields(struct)] if isinstance(struct, type) else []
+        return ".".join([*parts, unknown[1]]), "unknown key" + (f"; expected one of: {', '.join(known)}" if known else "")
+    return ".".join(parts) or "-", text[:1].lower() + text[1:]
 
 
 @dataclass(frozen=True)
