@@ -161,9 +161,24 @@ async def probe_slack(session: aiohttp.ClientSession, index: int, gw: Slack, sec
         return Probe(label, False, f"not tried: {exc}")
     except _Failed as exc:
         return Probe(label, False, str(exc))
+    if not (status == 200 and isinstance(body, dict) and body.get("ok")):
+        return Probe(label, False, f"auth.test: HTTP {status}: {_short(_server_text(body, raw))}")
+    said = f"auth.test: bot {body.get('user') or '?'} in workspace {body.get('team') or '?'}"
+    if gw.mode != "socket":
+        return Probe(label, True, said)
+    try:  # Socket Mode's app-level token: a connection URL is asked for and not used (it expires unused)
+        app_token = _secret(gw.app_token, secrets_file, f"gateways.slack[{index}].app_token")
+        status, body, raw = await _call(session, "POST", f"{gw.api_base.rstrip('/')}/apps.connections.open",
+                                        f"{gw.api_base} apps.connections.open",
+                                        headers={"authorization": f"Bearer {app_token}"})
+    except _Skip as exc:
+        return Probe(label, False, f"{said}; Socket Mode not tried: {exc}")
+    except _Failed as exc:
+        return Probe(label, False, f"{said}; {exc}")
     if status == 200 and isinstance(body, dict) and body.get("ok"):
-        return Probe(label, True, f"auth.test: bot {body.get('user') or '?'} in workspace {body.get('team') or '?'}")
-    return Probe(label, False, f"auth.test: HTTP {status}: {_short(_server_text(body, raw))}")
+        return Probe(label, True, f"{said}; the app token opens Socket Mode")
+    return Probe(label, False, f"{said}; apps.connections.open (the app token): HTTP {status}:"
+                               f" {_short(_server_text(body, raw))}")
 
 
 async def probe_whatsapp(session: aiohttp.ClientSession, index: int, gw: WhatsApp, paths_whatsapp: Path,

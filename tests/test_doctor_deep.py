@@ -15,7 +15,7 @@ from common.cli.main import main
 from common.config import default_config_text
 from common.secrets import set_secret
 from tests.fake_models import FakeModels
-from tests.fake_slack import DEFAULT_BOT_TOKEN, FakeSlack
+from tests.fake_slack import DEFAULT_APP_TOKEN, DEFAULT_BOT_TOKEN, FakeSlack
 from tests.fake_telegram import DEFAULT_TOKEN as TELEGRAM_TOKEN
 from tests.fake_telegram import FakeTelegram
 from tests.fake_whatsapp import DEFAULT_PHONE_NUMBER_ID, FakeWhatsApp
@@ -66,7 +66,7 @@ def set_secrets(root: Path, **values: str) -> None:
 
 
 GOOD = {"openai": "sk-good-openai-key", "anthropic": "sk-ant-good", "telegram_main": TELEGRAM_TOKEN,
-        "slack_bot": DEFAULT_BOT_TOKEN, "slack_app": "xapp-unused", "slack_signing": "x",
+        "slack_bot": DEFAULT_BOT_TOKEN, "slack_app": DEFAULT_APP_TOKEN, "slack_signing": "x",
         "whatsapp_token": WHATSAPP_TOKEN, "whatsapp_app_secret": "s", "whatsapp_verify": "v"}
 
 
@@ -103,7 +103,8 @@ def test_deep_tries_each_model_and_each_gateway_api(root):
     rc, checks, sent, tg_methods = run(go())
     assert (0, ["ok"] * 5, [("anthropic", 1), ("openai", 1)], ["getMe"]) == (
         rc, [s for s, _ in checks.values()], sent, tg_methods), checks
-    assert (True, True, True) == ("@" in checks["telegram main"][1], "auth.test" in checks["slack team"][1],
+    assert (True, True, True) == ("@" in checks["telegram main"][1],
+                                  "the app token opens Socket Mode" in checks["slack team"][1],
                                   "phone number" in checks["whatsapp phone"][1])
 
 
@@ -162,3 +163,16 @@ def test_an_unreachable_model_fails_saying_so(root):
     rc, report = run(go())
     [(status, reason)] = deep_checks(report).values()
     assert (1, "fail", True) == (rc, status, "cannot connect" in reason)
+
+
+def test_deep_fails_a_socket_mode_app_token_slack_refuses(root):
+    async def go():
+        async with FakeModels() as models, FakeSlack() as sl:
+            (root / "config.toml").write_text(default_config_text().replace(
+                'base_url = "https://api.openai.com/v1"', f'base_url = "{models.openai_url}"')
+                + f'\n[[gateways.slack]]\nid = "team"\napi_base = "{sl.api_base}"\n')
+            set_secrets(root, openai="sk-good", slack_bot=DEFAULT_BOT_TOKEN, slack_app="xapp-1-wrong-app-token")
+            return await deep(root)
+    rc, report = run(go())
+    status, reason = deep_checks(report)["slack team"]
+    assert (1, "fail", True, True) == (rc, status, "auth.test: bot" in reason, "apps.connections.open" in reason)
