@@ -73,13 +73,25 @@ class BusTimeout(StarlingError):
     """No ack came from the writer in time: the write may or may not have been committed."""
 
 
+# Codes of an error ack that are the writer's condition, not the request's: the data disk is full, an I/O
+# error, the database busy. Nothing of the request was stored; the same request may succeed later.
+WRITER_CONDITIONS = frozenset({"disk_full", "io_error", "busy"})
+# Codes that judge the request itself (it fails validation, or cannot travel): sent again, it fails again.
+REQUEST_REFUSALS = frozenset({"invalid", "too_large"})
+
+
 class WriteRejected(StarlingError):
     """The writer refused a request; ``code`` is invalid | not_found | lease_lost | conflict | internal
-    | too_large (over the bus's frame limit)."""
+    | too_large (over the bus's frame limit), or one of WRITER_CONDITIONS: disk_full | io_error | busy."""
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code
         super().__init__(f"{code}: {message}")
+
+    @property
+    def writer_condition(self) -> bool:
+        """The writer could not store it for a reason of its own: wait and send it again."""
+        return self.code in WRITER_CONDITIONS
 
 
 class InvalidInput(StarlingError):

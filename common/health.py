@@ -14,6 +14,7 @@ from common.stores import beat_store
 STALE_AFTER_BEATS = 3  # a service silent for this many heartbeat intervals is degraded
 FORGET_AFTER_S = 24 * 3600  # a beat older than this is a service that no longer exists
 DOWN_STATES = ("stopped",)
+DISK_FULL = "disk_full"  # the writer's state while the data disk is full (services/writer/disk.py): down
 
 
 def wal_bytes(db_file: Path) -> int:
@@ -45,8 +46,8 @@ def evaluate(paths: Paths, cfg: Config, beats: list[beat_store.Beat] | None, now
             "status": status, "pid": beat.pid, "last_beat_s_ago": round(age, 1), "detail": beat.detail,
             "up_s": round(now - beat.started_at, 1),
         }
-        if beat.service == "writer" and (stale or beat.state in DOWN_STATES):
-            down = True
+        if beat.service == "writer" and (stale or beat.state in DOWN_STATES or beat.state == DISK_FULL):
+            down = True  # a writer that cannot store new messages is down, whatever else it still does
         elif stale:
             degraded = True
     if "writer" not in services and beats is not None and "database" not in checks:
@@ -92,6 +93,8 @@ def problems(report: dict) -> list[str]:
     for name, svc in checks["services"]["services"].items():
         if svc["status"] in ("stale", "missing", "stopped") and (name == "writer" or svc["status"] == "stale"):
             lines.append(f"{name}: {svc['status']} ({svc.get('last_beat_s_ago', '-')}s since its last beat)")
+        elif name == "writer" and svc["status"] == DISK_FULL:
+            lines.append(f"writer: {svc.get('detail') or 'the data disk is full'}")
     if checks["wal"]["status"] != "ok":
         lines.append(f"WAL is {checks['wal']['bytes'] / 2**20:.1f} MB, over {checks['wal']['threshold_bytes'] / 2**20:.0f} MB")
     for label, disk in checks["disk"]["folders"].items():

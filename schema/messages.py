@@ -112,6 +112,7 @@ class EnqueueOutbox(Msg):
     # sent by a tool during a turn: only the holder of that turn's lease may (0 / "": no turn)
     turn_id: Int = 0
     worker: str = ""
+    alert: bool = False  # an operator alert: queued even while the data disk is full (the writer's reserve)
 
 
 class ClaimOutbox(Msg):
@@ -182,6 +183,22 @@ class Heartbeat(Msg):
     state: str = "ready"  # starting | ready | idle | stopped
     detail: str = ""
     parent_pid: Int = 0  # the supervisor's pid: a new one (a new `up`) restarts the restart count
+    worker: str = ""  # the process's worker id (``Enlist``): a beat keeps it known alive; a superseded one is refused
+
+
+class Enlist(Msg):
+    """A process starts under a name (``--name``): its identity is recorded, and what a predecessor under
+    that name still holds (turns, outbox rows) is taken back at once, but only when the predecessor is
+    provably gone (common/identity.py). A live one refuses the newcomer (``conflict``, naming its pid and
+    since when). Answered ``Enlisted``."""
+
+    name: str
+    worker: str  # <name>@<host>/<boot>: unique to this process
+    pid: Int
+    pid_start: Int = 0  # the pid's start time (clock ticks since boot): a reused pid is not this process
+    host: str = ""
+    pid_scope: str = ""  # <host boot id>:<pid namespace>
+    stale_after_s: float = 180.0  # a predecessor silent this long (no beat) counts as gone where its pid cannot be checked
 
 
 class Ping(Msg):
@@ -417,6 +434,18 @@ class MarkCaptured(Msg):
     session_ids: list[Int]
 
 
+class DeadLetter(Msg):
+    """A platform event a gateway passed over because it was refused for itself (it fails validation),
+    kept whole for the operator (`starling status`, `starling doctor`). Answered ``Stored``."""
+
+    platform: str
+    instance: str
+    event_key: str  # the event's own id (its first dedupe key); "" when it has none
+    reason: str
+    payload: str  # the event as the platform sent it (JSON text)
+    received_at: float = 0.0
+
+
 WriteOp = (
     Inbound
     | ClaimTurn
@@ -457,6 +486,8 @@ WriteOp = (
     | PurgeJobs
     | ResetSession
     | MarkCaptured
+    | DeadLetter
+    | Enlist
 )
 
 
@@ -587,6 +618,14 @@ class Purged(Msg):
     ms: float = 0.0
 
 
+class Enlisted(Msg):
+    """A process is now the one under its name; what its (gone) predecessor held was taken back."""
+
+    predecessor: str = ""  # the worker id it took over ("" when there was none)
+    turns: list[Int] = []  # turns handed back to the queue at once
+    outbox: list[Int] = []  # outbox rows handed back at once (their attempt counts: the call may have gone out)
+
+
 Result = (
     Accepted
     | TurnClaim
@@ -601,6 +640,7 @@ Result = (
     | Pairing
     | CronRunEnded
     | Purged
+    | Enlisted
 )
 
 
@@ -610,7 +650,9 @@ class Ack(Msg):
     id: Int
     ok: bool
     result: Result | None = None
-    code: str = ""  # on failure: invalid | not_found | lease_lost | conflict | internal | too_large
+    # on failure: invalid | not_found | lease_lost | conflict | internal | too_large, or the writer's own
+    # condition (common/errors.py WRITER_CONDITIONS: nothing was stored, send it again): disk_full | io_error | busy
+    code: str = ""
     error: str = ""
 
 

@@ -8,7 +8,7 @@ import msgspec
 
 from common.redact import redact
 from common.stores import (
-    access_store, approval_store, audit_store, beat_store, job_store, keys_store, outbox_store,
+    access_store, approval_store, audit_store, beat_store, dead_letter_store, job_store, keys_store, outbox_store,
     session_store, turn_store,
 )
 from schema import messages as m
@@ -179,6 +179,9 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             return retention_ops.reset_session(conn, op, now)
         case m.MarkCaptured():
             return retention_ops.mark_captured(conn, op, now)
+        case m.DeadLetter():
+            return m.Stored(id=dead_letter_store.add(conn, op.platform, op.instance, op.event_key, op.reason[:2000],
+                                                     op.payload, op.received_at, now))
     raise Rejected("invalid", f"{type(op).__name__} is not a write the writer applies in a batch")
 
 

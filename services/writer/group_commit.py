@@ -25,6 +25,9 @@ from services.writer import apply as ops
 Item = tuple[bytes, m.Request]  # (the client's routing id, its request)
 
 # A request's own failure: it fails alone (any other apsw.Error from COMMIT fails the batch).
+# A full disk, an I/O error, a busy database are never one request's: they fail the batch, whose requests
+# are answered with the condition's code (services/writer/disk.py) and sent again by their clients.
+CONDITIONS = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError)
 _FAILURES = (ops.Rejected, apsw.Error, ValueError, TypeError, OverflowError)
 
 
@@ -106,6 +109,8 @@ def _apply_one(conn: apsw.Connection, req: m.Request, now: float, events: list[o
         code, error = exc.code, str(exc)
     except apsw.ConstraintError as exc:
         code, error = "conflict", str(exc)
+    except CONDITIONS:  # the disk's or the database's, not this request's: the batch fails (disk_full, ...)
+        raise
     except (apsw.Error, ValueError, TypeError, OverflowError) as exc:  # never fatal: this request fails alone
         code, error = "internal", f"{type(exc).__name__}: {exc}"
         log.error("write_failed", op=type(req.op).__name__, error=error)

@@ -24,6 +24,7 @@ from common.service import Service, boot, notify_systemd, watchdog_interval_s
 from common.stores import db_store, schema_store
 from schema import messages as m
 from services.writer import apply as ops
+from services.writer import disk
 from services.writer import group_commit
 from services.writer import startup
 from services.writer.maintenance import Maintenance
@@ -67,10 +68,15 @@ class Writer:
         self.schema_version = schema_store.version(conn)
         self.maint = Maintenance(conn, svc.paths.db_file, svc.cfg.writer.checkpoint_interval_s,
                                  svc.cfg.writer.wal_truncate_mb, svc.log)
+        self.reserve = disk.Reserve(svc.paths.data_dir, svc.cfg.writer.reserve_mb, svc.log)
+        self.reserve.setup()
+        self.maint.on_disk_full = self.reserve.disk_full
+        self.maint.hold_pruning = lambda: self.reserve.full
         self.beat_s = svc.cfg.bus.heartbeat_ivl_ms / 1000
         self.next_beat = 0.0
         self.service_beat_s = svc.cfg.health.heartbeat_interval_ms / 1000
         self.next_service_beat = 0.0
+        self.beat_full = False  # whether the last service beat said the disk is full
         self.next_expiry = 0.0
         self.watchdog_s = watchdog_interval_s()
         self.next_watchdog = 0.0
@@ -218,15 +224,18 @@ class Writer:
             work = [item for item in items if not isinstance(item[1].op, ops.MAINTENANCE)]
             if len(work) < len(items):
                 later.extend(item for item in items if isinstance(item[1].op, ops.MAINTENANCE))
-            return work
+            return self._held_back(work) if self.reserve.full else work
 
         work = transactional(batch)
         try:
             applied = group_commit.commit(self.conn, work, time.time(), self.log,
                                           lambda room: transactional(self._drain(room)), self.batch_max)
         except apsw.Error as exc:
-            self.log.error("commit_failed", error=str(exc), batch=len(work) + len(later))
-            failed = m.Ack(id=0, ok=False, code="internal", error=f"commit failed: {exc}")
+            code = disk.code_for(exc)  # disk_full, io_error, busy: the clients wait it out and send again
+            if code == "disk_full":
+                self.reserve.disk_full(str(exc))
+            self.log.error("commit_failed", code=code, error=str(exc), batch=len(work) + len(later))
+            failed = m.Ack(id=0, ok=False, code=code, error=f"commit failed: {exc}")
             for ident, req in work + later:
                 self._send_ack(ident, msgspec.structs.replace(failed, id=req.id))
             return
@@ -236,6 +245,16 @@ class Writer:
         self.maint.after_commit()
         for ident, req in later:
             self._maintenance(ident, req)
+
+    def _held_back(self, work: list[tuple[bytes, m.Request]]) -> list[tuple[bytes, m.Request]]:
+        """While the disk is full: what the reserve admits, the rest answered disk_full untried."""
+        admitted = []
+        for ident, req in work:
+            if self.reserve.admits(req.op):
+                admitted.append((ident, req))
+            else:
+                self._send_ack(ident, m.Ack(id=req.id, ok=False, code="disk_full", error=self.reserve.refusal()))
+        return admitted
 
     def _maintenance(self, ident: bytes, req: m.Request) -> None:
         """Checkpoint, FTS rebuild, backup: long and not transactional, so a resend of one that ran is
@@ -263,7 +282,7 @@ class Writer:
             self._send_ack(ident, m.Ack(id=req.id, ok=False, code="invalid", error=str(exc)))
             return
         except (apsw.Error, OSError) as exc:
-            self._send_ack(ident, m.Ack(id=req.id, ok=False, code="internal", error=str(exc)))
+            self._send_ack(ident, m.Ack(id=req.id, ok=False, code=disk.code_for(exc), error=str(exc)))
             return
         self._remember_maintenance(req.key, result)
         self._send_ack(ident, m.Ack(id=req.id, ok=True, result=result))
@@ -299,16 +318,19 @@ class Writer:
         if now_mono >= self.next_beat:  # on the bus, for subscribers (lost events, liveness)
             self.next_beat = now_mono + self.beat_s
             self._publish(m.TOPIC_BEAT, m.WriterBeat, {"schema_version": self.schema_version, "seqs": dict(self.seqs)})
-        if now_mono >= self.next_service_beat:  # in service_beats, for `status` and `/health`
+        full = self.reserve.full  # `status` and /health say so at once (the beat commits in the reserve)
+        if now_mono >= self.next_service_beat or full != self.beat_full:  # in service_beats, for `status`, `/health`
             self.next_service_beat = now_mono + self.service_beat_s
-            beat = m.Heartbeat(service=self.svc.name, pid=os.getpid(), parent_pid=os.getppid())
+            self.beat_full = full
+            beat = m.Heartbeat(service=self.svc.name, pid=os.getpid(), parent_pid=os.getppid(),
+                               state="disk_full" if full else "ready", detail=self.reserve.describe() if full else "")
             self._commit_batch([(b"", m.Request(id=0, key="", op=beat))])
         if self.watchdog_s and now_mono >= self.next_watchdog:
             self.next_watchdog = now_mono + self.watchdog_s
             notify_systemd("WATCHDOG=1")
 
     def _expire_approvals(self, now_mono: float) -> None:
-        if now_mono < self.next_expiry:
+        if now_mono < self.next_expiry or self.reserve.full:  # expiry waits for room on the disk
             return
         self.next_expiry = now_mono + APPROVAL_EXPIRY_EVERY_S
         events: list[ops.Pending] = []
@@ -337,6 +359,7 @@ class Writer:
             now = time.monotonic()
             self._beat(now)
             self.maint.on_timer(now)
+            self.reserve.on_timer(now)
             self._expire_approvals(now)
             if self.maint.backup is not None:
                 timeout = 0

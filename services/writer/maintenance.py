@@ -1,4 +1,9 @@
-"""The writer's housekeeping: WAL checkpoints, online backups in steps, FTS rebuild, old answer keys."""
+"""The writer's housekeeping: WAL checkpoints, online backups in steps, FTS rebuild, old answer keys.
+
+Timed housekeeping (checkpoints after commits and on the timer, pruning) that meets a full disk, an I/O
+error or a busy database is logged and tried again on the next timer, never fatal: a full disk is the
+writer's condition to wait out (services/writer/disk.py), not a reason to crash-loop.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import apsw
 
@@ -17,6 +23,9 @@ BACKUP_STEP_PAGES = 1024  # pages copied per loop turn: writes go on between ste
 ANSWER_KEYS_KEEP_S = 24 * 3600
 PRUNE_EVERY_S = 60.0
 PRUNE_BATCH = 5000
+RELOG_EVERY_S = 60.0  # a housekeeping failure that goes on is logged again this often
+# What housekeeping waits out: the disk, not the database file (damage goes up to the writer's refusal).
+PASSING = (apsw.FullError, apsw.IOError, apsw.BusyError, apsw.LockedError)
 
 
 @dataclass
@@ -44,6 +53,9 @@ class Maintenance:
         self.next_prune = time.monotonic() + PRUNE_EVERY_S
         self.wal_at_last_checkpoint = 0
         self.backup: BackupJob | None = None
+        self.on_disk_full: Callable[[str], None] = lambda error: None  # the writer's Reserve.disk_full
+        self.hold_pruning: Callable[[], bool] = lambda: False  # True while the disk is full: no deletes
+        self._failing: dict[str, float] = {}  # what fails now -> when it was last logged
 
     def wal_bytes(self) -> int:
         return health.wal_bytes(self.db_file)
@@ -58,25 +70,50 @@ class Maintenance:
         """TRUNCATE when the WAL passed its bound; PASSIVE when it grew a few MB since the last one."""
         size = self.wal_bytes()
         if size >= self.truncate_bytes:
-            busy, log_pages, done = self.checkpoint("TRUNCATE")
-            self.log.info("wal_truncated", wal_bytes=size, busy=busy, wal_pages=log_pages, checkpointed=done)
+            done = self._passing("checkpoint", self.checkpoint, "TRUNCATE")
+            if done is not None:
+                busy, log_pages, pages = done
+                self.log.info("wal_truncated", wal_bytes=size, busy=busy, wal_pages=log_pages, checkpointed=pages)
         elif size - self.wal_at_last_checkpoint >= self.passive_bytes:
-            self.checkpoint("PASSIVE")
+            self._passing("checkpoint", self.checkpoint, "PASSIVE")
 
     def on_timer(self, now: float) -> None:
         if now >= self.next_checkpoint:
-            self.checkpoint("PASSIVE")
+            self.next_checkpoint = now + self.interval  # also when it fails: tried again next interval
+            self._passing("checkpoint", self.checkpoint, "PASSIVE")
         if now >= self.next_prune:
             self.next_prune = now + PRUNE_EVERY_S
-            db_store.begin(self.conn)
-            try:
-                removed = keys_store.prune_answers(self.conn, time.time() - ANSWER_KEYS_KEEP_S, PRUNE_BATCH)
-            except BaseException:
-                db_store.rollback(self.conn)
-                raise
+            if not self.hold_pruning():
+                self._passing("prune", self._prune)
+
+    def _prune(self) -> None:
+        db_store.begin(self.conn)
+        try:
+            removed = keys_store.prune_answers(self.conn, time.time() - ANSWER_KEYS_KEEP_S, PRUNE_BATCH)
             db_store.commit(self.conn)
-            if removed:
-                self.log.info("answer_keys_pruned", removed=removed)
+        except BaseException:
+            db_store.rollback(self.conn)
+            raise
+        if removed:
+            self.log.info("answer_keys_pruned", removed=removed)
+
+    def _passing(self, what: str, work, *args):
+        """``work(*args)``, or None when it met a full disk, an I/O error or a busy database (logged,
+        at most every RELOG_EVERY_S while it goes on; a full disk is told to the reserve)."""
+        try:
+            result = work(*args)
+        except PASSING as exc:
+            if isinstance(exc, apsw.FullError):
+                self.on_disk_full(str(exc))
+            now = time.monotonic()
+            if now - self._failing.get(what, -RELOG_EVERY_S) >= RELOG_EVERY_S:
+                self._failing[what] = now
+                self.log.warning(f"{what}_failed", error=f"{type(exc).__name__}: {exc}",
+                                 note="tried again on the next timer")
+            return None
+        if self._failing.pop(what, None) is not None:
+            self.log.info(f"{what}_recovered")
+        return result
 
     def next_due(self) -> float:
         return min(self.next_checkpoint, self.next_prune)
