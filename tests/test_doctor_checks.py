@@ -271,3 +271,15 @@ def test_a_stopped_scheduler_fails_while_the_daemon_is_up(capsys, running):
     finally:
         sup.start_process("scheduler")
     assert (1, [("services", True)]) == (rc, [(n, r.startswith("scheduler is STOPPED")) for n, r in failures(checks)])
+
+
+def test_a_missing_key_of_a_provider_no_agent_uses_only_warns(capsys, root):
+    set_secret(root / "data/secrets.json", "openai", "sk-test-value")
+    with_config(root, '[providers.claude]\nkind = "anthropic"\napi_key = "anthropic"\nmodel = "claude-x"\n')
+    rc, checks, _ = doctor(capsys, root)
+    unused = [(s, "no agent uses providers.claude" in r) for s, r in checks["secrets"] if "'anthropic'" in r]
+    pack_config = root / "agents/default/config.toml"
+    pack_config.write_text(pack_config.read_text().replace('provider = "default"', 'provider = "claude"'))
+    rc_used, checks_used, _ = doctor(capsys, root)
+    assert (0, [("warn", True)], 1, True) == (rc, unused, rc_used, any(
+        "'anthropic' (providers.claude.api_key) is not set" in r for s, r in checks_used["secrets"] if s == "fail"))

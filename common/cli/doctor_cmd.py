@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import apsw
+import msgspec
 
 from common import db, health, personas, probes, sandbox
 from common.cli import doctor_fix, output
@@ -68,10 +69,15 @@ def check_secrets(cfg: Config, paths: Paths) -> list[Check]:
         return [Check("secrets", FAIL, str(exc))]
     checks = []
     missing = [i.name for i in infos if i.source == "missing" and i.name in used]
+    idle = _idle_provider_keys(cfg, paths, used)
     for name in missing:
         plain, prefixed = env_names(name)
-        checks.append(Check("secrets", FAIL, f"{name!r} ({used[name]}) is not set: `starling secret set {name}"
-                                             f" --value-stdin`, or env {plain} / {prefixed}"))
+        how = f"`starling secret set {name} --value-stdin`, or env {plain} / {prefixed}"
+        if name in idle:  # the runner resolves a key at its first call: a provider no agent uses never asks
+            checks.append(Check("secrets", WARN, f"{name!r} ({used[name]}) is not set, and no agent uses"
+                                                 f" {', '.join(idle[name])} yet; before one does: {how}"))
+        else:
+            checks.append(Check("secrets", FAIL, f"{name!r} ({used[name]}) is not set: {how}"))
     if not missing:
         checks.append(Check("secrets", OK, f"all {len(used)} secrets this config needs resolve" if used
                             else "this config needs no secrets"))
@@ -87,6 +93,24 @@ def check_secrets(cfg: Config, paths: Paths) -> list[Check]:
             checks.append(Check("secrets", WARN, f"secret {info.name!r} maps to ${plain}, which every shell sets and"
                                                  " which wins over secrets.json; rename it"))
     return checks
+
+
+def _idle_provider_keys(cfg: Config, paths: Paths, used: dict[str, str]) -> dict[str, list[str]]:
+    """Provider keys that only providers no agent pack names refer to: {secret: [providers.X, ...]}. Empty
+    when a pack does not load (its provider is unknown, so every key counts)."""
+    wanted = set()
+    for pack in personas.list_packs(paths):
+        try:
+            wanted.add(personas.load_settings(pack.path).provider)
+        except (ConfigError, OSError):
+            return {}
+    gateway_values = {v for gw in cfg.gateways.all() for v in msgspec.structs.asdict(gw).values() if isinstance(v, str)}
+    users: dict[str, list[str]] = {}
+    for name, provider in cfg.providers.items():
+        if provider.api_key in used and not is_local_url(provider.base_url):
+            users.setdefault(provider.api_key, []).append(name)
+    return {secret: [f"providers.{n}" for n in names] for secret, names in users.items()
+            if secret not in gateway_values and not wanted & set(names)}
 
 
 def _mode(path: Path) -> int:
