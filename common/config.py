@@ -252,7 +252,6 @@ class Writer(_Section, kw_only=True):
     wal_truncate_mb: PositiveFloat = 64
     busy_timeout_ms: Positive = 5000
     reserve_mb: Annotated[float, Meta(ge=0, le=4096)] = 16.0  # the disk reserve (services/writer/disk.py); 0: none
-    reserve_mb: Annotated[float, Meta(ge=0, le=4096)] = 16.0  # the disk reserve (services/writer/disk.py); 0: none
 
 
 class Bus(_Section, kw_only=True):
@@ -633,7 +632,6 @@ batch_max = 512                # max requests applied in one group commit (1..10
 checkpoint_interval_s = 2.0    # PASSIVE checkpoint timer
 wal_truncate_mb = 64           # TRUNCATE checkpoint when the WAL passes this
 busy_timeout_ms = 5000
-reserve_mb = 16                # freed when the data disk fills, so heartbeats, delivery reports and alerts still commit
 reserve_mb = 16                # freed when the data disk fills, so heartbeats, delivery reports and alerts still commit
 
 [bus]
