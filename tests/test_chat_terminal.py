@@ -127,3 +127,18 @@ def test_chat_m_exits_0_when_the_turn_is_answered(stack):
                              "fine", "-m", "hello!", "--timeout", "20"], cwd=REPO, capture_output=True, text=True,
                             timeout=60)
     assert (0, True) == (result.returncode, "echo: hello!" in result.stdout), result
+
+
+def test_a_long_history_is_trimmed_to_its_newest_entries_whole(tmp_path):
+    from prompt_toolkit.history import FileHistory
+
+    from common.cli.chat_cmd import trim_history
+    path = tmp_path / "chat-history"
+    history = FileHistory(str(path))
+    for i in range(3000):
+        history.store_string(f"message {i}\nits second line")
+    trim_history(path, max_bytes=20000)
+    kept = list(FileHistory(str(path)).load_history_strings())  # newest first
+    assert (True, "message 2999\nits second line", True, 0o600) == (
+        path.stat().st_size <= 10000, kept[0], all(k.endswith("\nits second line") for k in kept),
+        stat.S_IMODE(path.stat().st_mode))

@@ -27,6 +27,7 @@ from common import bus, db
 from common.cli import output
 from common.cli.context import Context
 from common.errors import StarlingError
+from common.home import write_private_file
 from common.secrets import session_secret
 from common.stores import approval_store, turn_store
 from schema import messages as m
@@ -34,6 +35,7 @@ from schema import messages as m
 INSTANCE = "cli"
 DONE_STATES = ("done", "failed", "waiting")
 HISTORY_FILE = "chat-history"
+HISTORY_MAX_BYTES = 1024 * 1024
 POLL_S = 0.1
 HELP = """\
 Enter sends; Alt-Enter, or a line ending in \\, starts a new line; a paste is one message.
@@ -54,6 +56,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
     ctx = Context.from_args(args)
     chat_id = args.chat or getpass.getuser()
     return asyncio.run(Chat(ctx, args.agent, chat_id, args.timeout).run(args.message))
+
+
+def trim_history(path, max_bytes: int = HISTORY_MAX_BYTES) -> None:
+    """Keep the newest half of a history grown past ``max_bytes``, cut at an entry's start (prompt_toolkit's
+    FileHistory appends forever and reads it all at every start)."""
+    data = path.read_bytes()
+    if len(data) <= max_bytes:
+        return
+    cut = data.find(b"\n\n# ", len(data) - max_bytes // 2)
+    if cut < 0:
+        return
+    write_private_file(path, data[cut + 2:])
 
 
 class Chat:
@@ -142,6 +156,7 @@ class Chat:
         history = self.ctx.paths.data_dir / HISTORY_FILE
         os.close(os.open(history, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         os.chmod(history, 0o600)  # what a person typed to their agent is theirs alone
+        trim_history(history)
         keys = KeyBindings()
 
         @keys.add("enter")
