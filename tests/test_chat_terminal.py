@@ -82,6 +82,18 @@ def test_an_approval_request_and_the_answer_to_it_decided_elsewhere_show_while_i
     term.expect(r"default> Done after the approval\.", after=at, timeout=20)
 
 
+def test_approve_typed_in_the_chat_resumes_the_turn_and_shows_its_answer(stack, term):
+    stack.fake.add({"tool_call": {"name": "shell", "arguments": {"command": "touch approved-in-chat.txt"}}},
+                   {"text": "Done from the chat."})
+    term.type("please make another file" + ENTER)
+    at = term.expect(r"/approve [A-Z0-9]{8}")
+    approval_id = re.findall(r"/approve ([A-Z0-9]{8})", term.text())[-1]
+    at = term.expect("you>", after=at)
+    term.type(f"/approve {approval_id}" + ENTER)
+    term.expect(rf"default> Approved {approval_id}\.", after=at)
+    term.expect(r"default> Done from the chat\.", after=at)
+
+
 def test_ctrl_c_at_the_prompt_clears_the_line_without_waiting_for_enter(stack, term):
     term.type("a draft I regret")
     time.sleep(0.2)
