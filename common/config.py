@@ -96,6 +96,8 @@ class Provider(_Section, kw_only=True):
     api_key: Annotated[str, Meta(pattern=r"^$|" + SECRET_NAME_PATTERN)] = ""
     model: Annotated[str, Meta(min_length=1)]
     context_window: Positive = 128000
+    vision: bool = False  # the model takes images: inbound photos reach it as image parts (services/runner/media.py)
+    max_images: Annotated[int, Meta(ge=0, le=20)] = 4  # images shown in one model request, newest first
 
     def __post_init__(self) -> None:
         if not self.base_url:
@@ -536,6 +538,8 @@ base_url = "https://api.openai.com/v1"
 api_key = "openai"             # a secret's name
 model = "gpt-4o-mini"
 context_window = 128000        # tokens
+vision = false                 # true: the model takes images; inbound photos reach it as images, not as a line
+max_images = 4                 # images shown in one model request (newest first); the rest are named in text
 
 [gateways]
 outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed while it sends, so

@@ -59,12 +59,13 @@ from aiohttp import web
 
 from tests.fake_server import FakeServerProcess, listen, serve_until_stopped
 from tests.model_api_rules import Refusal, anthropic_refusal, openai_refusal
+from tests.model_image_rules import ANTHROPIC_REQUEST_MAX
 
 Step = dict[str, Any]
 
 MAX_STEPS = 1000
 MAX_RECORDED = 1000
-MAX_BODY = 8 * 1024 * 1024
+MAX_BODY = 50 * 1024 * 1024  # OpenAI's limit of image bytes in a request; Anthropic's 32 MB is a rule below
 MAX_DELAY = 60.0
 AUTH_HEADERS = ("authorization", "x-api-key")
 _STEP_KEYS = {
@@ -229,7 +230,9 @@ class FakeModels:
         record: dict[str, Any] = {"api": api, "path": request.path, "headers": headers, "body": shown, "ts": time.time()}
         self._recorded.append(record)
         refusal = None
-        if self.strict:
+        if self.strict and api == "anthropic" and len(raw) > ANTHROPIC_REQUEST_MAX:
+            refusal = Refusal(413, "Request exceeds the maximum allowed number of bytes.", "request_too_large")
+        elif self.strict:
             check = openai_refusal if api == "openai" else anthropic_refusal
             refusal = check(body, sent, keyless=self.keyless)
         if refusal is not None:

@@ -19,6 +19,11 @@ OpenAI (Chat Completions):
   of tool messages it belongs to, each id exactly once; every id is answered before the next non-tool
   message (and before the end of the list).
 - `tools`: a non-empty list of {type: function, function: {name, ...}} with the same name rules.
+- content parts: a user message's list holds text, image_url, input_audio and file parts; system,
+  developer and tool messages text parts only, assistant text and refusal; an image_url part anywhere but in
+  a user message is refused. An image is a `data:` URL of image/png, image/jpeg, image/gif or image/webp,
+  base64 that decodes to a PNG, JPEG, non-animated GIF or WebP picture, at most 20 MB; at most 500 images
+  and 50 MB of images in one request. (`detail` is auto, low or high.)
 
 Anthropic (Messages):
 - `x-api-key` (401) and `anthropic-version` headers required; `model`, `max_tokens` and `messages` required.
@@ -34,6 +39,10 @@ Anthropic (Messages):
   in the very next turn, which must be the user's and begin with those results; a `tool_result` whose
   id is not a `tool_use` of the turn right before is refused. A request holding tool blocks must
   define `tools`; tool names match ``^[a-zA-Z0-9_-]{1,64}$`` and are unique.
+- `image` blocks (user turns only) with a base64 source: media_type image/jpeg, image/png, image/gif or
+  image/webp; data valid base64 of at most 5 MB (5,242,880 characters of base64) whose picture is of that
+  very type; at most 8000 px on either side, 2000 px when the request holds more than 20 images; at most
+  100 images in a request; the whole request at most 32 MB (413).
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from tests.model_image_rules import ANTHROPIC_IMAGE_TYPES, anthropic_image_problem, openai_image_problem
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 OPENAI_NAME_MAX = 64
@@ -60,6 +71,11 @@ OPENAI_BAD_JSON = (
 )
 
 
+OPENAI_PART_TYPES = {
+    "user": ("text", "image_url", "input_audio", "file"), "system": ("text",), "developer": ("text",),
+    "tool": ("text",), "assistant": ("text", "refusal"), "function": ("text",),
+}
+OPENAI_ALL_PARTS = ("text", "image_url", "input_audio", "refusal", "audio", "file")
 @dataclass(frozen=True)
 class Refusal:
     """One refused request: the HTTP status and the error as the service words it."""
@@ -172,6 +188,8 @@ def _openai(body: Any, headers: dict[str, str], keyless: bool) -> None:
     if run_from is not None:
         _openai_run_closed(run_from, open_ids, answered)
     _openai_tools(body)
+    if (problem := openai_image_problem(messages)) is not None:
+        raise _o(*problem)
 
 
 def _openai_content(m: dict, i: int, role: str, has_calls: bool) -> None:
@@ -187,6 +205,42 @@ def _openai_content(m: dict, i: int, role: str, has_calls: bool) -> None:
     if not isinstance(content, (str, list)):
         raise _o(f"Invalid type for 'messages[{i}].content': expected one of a string or array of objects, but got"
                  f" {_a(content)} instead.", f"messages[{i}].content", "invalid_type")
+    if isinstance(content, list):
+        _openai_parts(content, i, role)
+
+
+def _openai_parts(parts: list, i: int, role: str) -> None:
+    for j, part in enumerate(parts):
+        at = f"messages[{i}].content[{j}]"
+        if not isinstance(part, dict):
+            raise _o(f"Invalid type for '{at}': expected an object, but got {_a(part)} instead.", at, "invalid_type")
+        kind = part.get("type")
+        if kind is None:
+            raise _o_missing(f"{at}.type")
+        if kind not in OPENAI_ALL_PARTS:
+            kinds = ", ".join(f"'{k}'" for k in OPENAI_ALL_PARTS[:-1]) + f", and '{OPENAI_ALL_PARTS[-1]}'"
+            raise _o(f"Invalid value: '{kind}'. Supported values are: {kinds}.", f"{at}.type", "invalid_value")
+        if kind == "image_url" and role != "user":
+            raise _o(f"Image URLs are only allowed for messages with role 'user', but this message with role '{role}'"
+                     " contains an image URL.", f"messages.[{i}].content.[{j}].type", "invalid_value")
+        if kind not in OPENAI_PART_TYPES.get(role, ("text",)):  # (fake's wording)
+            raise _o(f"Invalid value: '{kind}'. Content parts of a '{role}' message may be: "
+                     + ", ".join(f"'{k}'" for k in OPENAI_PART_TYPES.get(role, ("text",))) + ".", f"{at}.type",
+                     "invalid_value")
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise _o_missing(f"{at}.text") if "text" not in part else _o(
+                f"Invalid type for '{at}.text': expected a string, but got {_a(part['text'])} instead.", f"{at}.text",
+                "invalid_type")
+        if kind == "image_url":
+            image = part.get("image_url")
+            if not isinstance(image, dict) or "url" not in image:
+                raise _o_missing(f"{at}.image_url.url")
+            if not isinstance(image["url"], str):
+                raise _o(f"Invalid type for '{at}.image_url.url': expected a string, but got {_a(image['url'])}"
+                         " instead.", f"{at}.image_url.url", "invalid_type")
+            if image.get("detail", "auto") not in ("auto", "low", "high"):
+                raise _o(f"Invalid value: '{image.get('detail')}'. Supported values are: 'auto', 'low', and 'high'.",
+                         f"{at}.image_url.detail", "invalid_value")
 
 
 def _openai_tool_calls(calls: Any, i: int, call_ids: dict[str, int]) -> list[str]:
@@ -319,6 +373,10 @@ def _anthropic(body: Any, headers: dict[str, str], keyless: bool) -> None:
     turns = _anthropic_turns(messages)
     _anthropic_pairs(turns)
     _anthropic_tools(body, turns)
+    images = [(i, j, b) for _role, placed in turns for i, j, b in placed
+              if b["type"] == "image" and b["source"]["type"] == "base64"]
+    if (problem := anthropic_image_problem(images)) is not None:
+        raise _x(problem)
 
 
 # A combined turn: its role, and its blocks with where each came from (message index, block index).
@@ -378,6 +436,17 @@ def _anthropic_block(b: Any, i: int, j: int, role: str) -> dict:
         raise _x(f"{at}: `{kind}` blocks are not allowed in `{role}` messages")
     if kind == "text":
         _text_block(b, at)
+    elif kind == "image":
+        source = b.get("source")
+        if not isinstance(source, dict) or source.get("type") not in ("base64", "url", "file"):
+            raise _x(f"{at}.image.source: Input tag '{(source or {}).get('type') if isinstance(source, dict) else None}'"
+                     " found using 'type' does not match any of the expected tags: 'base64', 'url', 'file'")
+        if source["type"] == "base64":
+            if source.get("media_type") not in ANTHROPIC_IMAGE_TYPES:
+                raise _x(f"{at}.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png',"
+                         " 'image/gif' or 'image/webp'")
+            if not isinstance(source.get("data"), str):
+                raise _x(f"{at}.image.source.base64.data: Field required")
     elif kind == "tool_use":
         if not isinstance(b.get("id"), str) or not ANTHROPIC_ID.match(b["id"]):
             raise _x(f"{at}.tool_use.id: String should match pattern '{ANTHROPIC_ID.pattern}'")

@@ -22,6 +22,7 @@ INTERRUPTED = ("This call was interrupted before it finished (its runner stopped
 WAITING = "Waiting for the person's approval; this call has not run."
 UNANSWERED = "This call got no result."
 CHARS_PER_TOKEN = 4  # a cheap, conservative estimate; providers count exactly in their usage
+IMAGE_TOKENS = 1600  # an image at the providers' usual scale (Anthropic: about 1,600 at 1.15 megapixels)
 
 
 def to_messages(turns: list[turn_store.Turn]) -> tuple[list[Message], list[int]]:
@@ -31,7 +32,7 @@ def to_messages(turns: list[turn_store.Turn]) -> tuple[list[Message], list[int]]
     for turn in turns:
         meta = _meta(turn.meta)
         if turn.role == "user":
-            messages.append(Message("user", turn.content))
+            messages.append(Message("user", turn.content, attachments=_paths(turn.attachments)))
         elif turn.role == "assistant":
             calls = tuple(ToolCall(c["id"], c["name"], c.get("arguments") or {}) for c in meta.get("tool_calls", []))
             messages.append(Message("assistant", turn.content, tool_calls=calls))
@@ -107,6 +108,7 @@ def estimate_tokens(system: str, messages: list[Message]) -> int:
     size = len(system)
     for message in messages:
         size += len(message.content) + 16
+        size += len(message.images) * IMAGE_TOKENS * CHARS_PER_TOKEN
         for call in message.tool_calls:
             size += len(call.name) + len(json.dumps(call.arguments)) + 16
     return size // CHARS_PER_TOKEN + 1
@@ -148,6 +150,14 @@ def _clip(text: str, limit: int) -> str:
 
 def tool_calls_meta(calls: tuple[ToolCall, ...]) -> str:
     return json.dumps({"tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]})
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    try:
+        value = json.loads(text or "[]")
+    except ValueError:
+        return ()
+    return tuple(p for p in value if isinstance(p, str)) if isinstance(value, list) else ()
 
 
 def _meta(text: str) -> dict:

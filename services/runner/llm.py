@@ -14,11 +14,20 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Image:
+    """An image for a vision model, already within the provider's limits (services/runner/media.py)."""
+
+    media_type: str  # image/jpeg | image/png | image/gif | image/webp
+    data: str  # base64
+
+
+@dataclass(frozen=True)
 class Message:
     """One conversation message in provider-neutral form.
 
     role: "user" | "assistant" | "tool". An assistant message may carry ``tool_calls``; a tool message
-    answers one call (``tool_call_id``, ``name``). The system prompt is passed separately.
+    answers one call (``tool_call_id``, ``name``). A user message may carry ``images`` (sent as image parts).
+    The system prompt is passed separately.
     """
 
     role: str
@@ -27,6 +36,8 @@ class Message:
     tool_call_id: str = ""
     name: str = ""
     mark: str = ""  # a tool message that stands in for a result: "started" (never finished) or "waiting"
+    attachments: tuple[str, ...] = ()  # a user message's inbound files (paths under data/attachments)
+    images: tuple[Image, ...] = ()  # a user message's images, for a provider marked vision = true
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from common.db import read_tx
 from common.errors import StarlingError, WriteRejected
 from common.stores import approval_store, session_store, turn_store
 from schema import messages as m
-from services.runner import commands, conversation
+from services.runner import commands, conversation, media
 from services.runner.llm import Message, ModelReply, ProviderError, ToolCall, ToolSpec
 from services.runner.persona import Persona
 from services.runner.providers.pricing import cost_usd
@@ -86,6 +86,7 @@ class TurnWork:
         persona: Persona = self.runner.personas.get(claim.agent)
         provider = self.runner.provider_for(persona)
         summary, messages, approval = self._load(persona)
+        messages = await self._inbound_files(persona, provider, messages)
         system = persona.system_prompt(summary, channel=claim.instance)
         system, messages = await self._maybe_compact(provider, persona, system, summary, messages)
         tools = registry.specs_for(persona.settings.tools) + ([SKILL_TOOL] if persona.skills else [])
@@ -120,6 +121,12 @@ class TurnWork:
             approval = approval_store.for_turn(conn, claim.turn_id)
         messages, self._message_turn_ids = conversation.to_messages(turns)
         return summary, messages, approval
+
+    async def _inbound_files(self, persona: Persona, provider, messages: list[Message]) -> list[Message]:
+        """The person's files as the model gets them: images as image parts (vision), documents inlined,
+        lines naming the rest (media.py)."""
+        root = self.runner.paths.attachments_dir / self.claim.agent
+        return await asyncio.to_thread(media.show, messages, root, provider.cfg)
 
     async def _run_calls(self, ctx: ToolContext, persona: Persona, calls: list[ToolCall], messages: list[Message],
                          approval: approval_store.Approval | None) -> None:

@@ -43,6 +43,9 @@ def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content.strip() else []
     if m.role == "user" and not blocks:  # a message without text (a sticker, a photo): still the person's turn
         blocks = [{"type": "text", "text": EMPTY_MESSAGE}]
+    if m.role == "user" and m.images:  # images before the text that asks about them, as the vision guide advises
+        blocks = [{"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}}
+                  for i in m.images] + blocks
     if m.role == "assistant":
         blocks += [{"type": "tool_use", "id": _id(c.id), "name": c.name, "input": c.arguments} for c in m.tool_calls]
         return "assistant", blocks

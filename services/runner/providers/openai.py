@@ -40,6 +40,11 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
             out.append(item)
         elif m.role == "tool":
             out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        elif m.role == "user" and m.images:  # text first, then the images it names, as OpenAI's examples do
+            parts: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            parts += [{"type": "image_url", "image_url": {"url": f"data:{i.media_type};base64,{i.data}"}}
+                      for i in m.images]
+            out.append({"role": "user", "content": parts})
         elif m.role in ("user", "system"):
             out.append({"role": m.role, "content": m.content})
         else:

@@ -1,7 +1,8 @@
-"""Where file tools may reach: the shared workspace, the agent's private folder, its session's tool output.
+"""Where file tools may reach: the shared workspace, the agent's private folder, its session's tool output,
+and (read-only) the files people sent the agent.
 
 A path as the model writes it (``notes.txt``, ``shared/notes.txt``, ``private/draft.md``,
-``tool-output/7-1-shell.txt``) becomes a ``Target``: a root folder and the components below it,
+``tool-output/7-1-shell.txt``, ``attachments/2026-05-01/tg-main-42-7-0-notes.txt``) becomes a ``Target``: a root folder and the components below it,
 with every symbolic link already resolved. Refused, with a message for the model: absolute paths,
 ``..``, NUL bytes, anything whose resolution leaves its root (a symlink to data/, to another agent's
 private folder, a symlinked parent of a file not yet created), and anything inside data/, agents/
@@ -28,11 +29,12 @@ from common.home import DIR_MODE, FILE_MODE
 from common.personas import SCRATCHPAD
 from services.runner.tools.base import Refused, ToolContext
 
-SHARED, PRIVATE, TOOL_OUTPUT = "shared", "private", "tool-output"
+SHARED, PRIVATE, TOOL_OUTPUT, ATTACHMENTS = "shared", "private", "tool-output", "attachments"
 PATH_HELP = (
     "Paths are relative: 'notes.txt' or 'shared/notes.txt' is in the shared workspace (every agent's),"
     " 'private/notes.txt' is in your private folder (only yours; your shell runs there),"
-    " 'tool-output/<file>' (read-only) holds this conversation's tool results that were too large to show."
+    " 'tool-output/<file>' (read-only) holds this conversation's tool results that were too large to show,"
+    " 'attachments/<date>/<file>' (read-only) the files people sent you."
 )
 _FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -70,11 +72,12 @@ def _roots(ctx: ToolContext) -> dict[str, tuple[Path, bool]]:
         SHARED: (ctx.paths.shared_workspace, True),
         PRIVATE: (private_dir(ctx), True),
         TOOL_OUTPUT: (ctx.paths.tool_output_dir / str(ctx.session_id), False),
+        ATTACHMENTS: (ctx.paths.attachments_dir / ctx.agent, False),  # this agent's inbound files only
     }
 
 
 def forbidden_areas(ctx: ToolContext) -> list[tuple[Path, str]]:
-    """Real paths no tool may reach (except a root that lies inside one: tool-output is in data/)."""
+    """Real paths no tool may reach (except a root that lies inside one: tool-output and attachments are in data/)."""
     return [
         (_real(ctx.paths.data_dir), "Starling's data folder"),
         (_real(ctx.paths.agents_dir), "the agents' persona folder (use the memory tools)"),
@@ -95,7 +98,7 @@ def resolve(ctx: ToolContext, raw: str, *, write: bool = False) -> Target:
     if ".." in parts:
         raise Refused(f"{raw!r}: '..' is not allowed in paths. {PATH_HELP}")
     scheme = SHARED
-    if parts and parts[0] in (SHARED, PRIVATE, TOOL_OUTPUT):
+    if parts and parts[0] in (SHARED, PRIVATE, TOOL_OUTPUT, ATTACHMENTS):
         scheme, parts = parts[0], parts[1:]
     root, writable = _roots(ctx)[scheme]
     if write and not writable:
