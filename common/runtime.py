@@ -1,4 +1,10 @@
-"""The life of an asyncio service: heartbeats on the bus, systemd readiness and watchdog, a clean stop."""
+"""The life of an asyncio service: heartbeats on the bus, systemd readiness and watchdog, a clean stop.
+
+Before any work the process enlists under its name (``Enlist``, common/identity.py): a live process of
+that name refuses it (it exits 1, naming the first one's pid and since when); a gone predecessor's turns
+and outbox rows come back at once. A process whose name was taken over (it was judged gone) hears so on
+its next beat and stops.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,18 @@ import signal
 import time
 from typing import Awaitable, Callable
 
-from common import bus
-from common.errors import StarlingError
+from common import bus, holding, identity
+from common.errors import StarlingError, WriteRejected
+from common.health import STALE_AFTER_BEATS
 from common.service import Service, notify_systemd, watchdog_interval_s
 from schema import messages as m
 
 Work = Callable[["Runtime"], Awaitable[None]]
 PARENT_CHECK_S = 1.0
+
+
+class Twin(StarlingError):
+    """A live process already runs under this name: this one refuses to start."""
 
 
 class Runtime:
@@ -31,6 +42,9 @@ class Runtime:
         self.state = "starting"
         self.detail = ""
         self.describe: Callable[[], str] | None = None  # a live detail for every beat (a gateway's connections)
+        self.identity = identity.this_process(svc.name)  # identity.worker owns every lease this process takes
+        self.enlisted: m.Enlisted | None = None
+        self._enlisted = asyncio.Event()
         self.client = bus.WriterClient(
             svc.endpoints.writer, svc.key, name=svc.name, timeout_s=svc.cfg.bus.request_timeout_ms / 1000,
             window=svc.cfg.bus.window, heartbeat_ms=svc.cfg.bus.heartbeat_ivl_ms, deadline_s=3600,
@@ -44,7 +58,8 @@ class Runtime:
         elif self.describe is not None:
             self.detail = self.describe()
         await self.client.call(m.Heartbeat(service=self.svc.name, pid=os.getpid(), state=self.state,
-                                           detail=self.detail, parent_pid=os.getppid()))
+                                           detail=self.detail, parent_pid=os.getppid(),
+                                           worker=self.identity.worker))
 
     async def _heartbeats(self) -> None:
         interval = self.svc.cfg.health.heartbeat_interval_ms / 1000
@@ -61,11 +76,47 @@ class Runtime:
                 next_beat = time.monotonic() + interval
                 try:
                     await asyncio.wait_for(self.beat(), interval)
+                except WriteRejected as exc:
+                    if exc.code != "conflict":
+                        self.log.warning("heartbeat_failed", error=str(exc))
+                        continue
+                    self.log.error("superseded", error=str(exc))  # another process runs under our name now
+                    self.request_stop("superseded")
+                    return
                 except (asyncio.TimeoutError, StarlingError) as exc:
                     self.log.warning("heartbeat_failed", error=str(exc))
 
+    async def enlist(self) -> m.Enlisted:
+        """Become the process under this name (before any work); raises Twin when a live one is."""
+        cfg = self.svc.cfg
+        ident = self.identity
+        # gone where its pid cannot be looked up: silent longer than a lease and than three heartbeats
+        stale = max(cfg.runner.lease_s, cfg.gateways.outbox_lease_s,
+                    STALE_AFTER_BEATS * cfg.health.heartbeat_interval_ms / 1000)
+        op = m.Enlist(name=ident.name, worker=ident.worker, pid=ident.pid, pid_start=ident.pid_start, host=ident.host,
+                      pid_scope=ident.pid_scope, stale_after_s=stale)
+        try:
+            enlisted = await holding.call(self.client, op, log=self.log)
+        except WriteRejected as exc:
+            if exc.code == "conflict":
+                raise Twin(str(exc).split(": ", 1)[-1]) from None
+            raise
+        if enlisted.predecessor:
+            self.log.info("took_over", predecessor=enlisted.predecessor, turns=enlisted.turns, outbox=enlisted.outbox)
+        self.enlisted = enlisted
+        self._enlisted.set()
+        return enlisted
+
+    async def _enlist_then(self, work: Work | None) -> None:
+        await self.enlist()
+        if work is not None:
+            await work(self)
+        else:
+            await asyncio.Event().wait()
+
     async def announce_ready(self, state: str = "ready", detail: str = "") -> None:
         """The service can do its work: tell the writer (which `starling up` watches) and systemd."""
+        await self._enlisted.wait()
         await self.beat(state, detail)
         notify_systemd("READY=1")
         self.log.info("ready", state=state, detail=detail)
@@ -86,8 +137,7 @@ class Runtime:
             tasks = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._watch_parent())]
             if not announces_ready:  # raced with the stop below: a writer that never answers must not block it
                 tasks.append(asyncio.create_task(self._announce_then_idle(state, detail)))
-            if work is not None:
-                tasks.append(asyncio.create_task(work(self)))
+            tasks.append(asyncio.create_task(self._enlist_then(work)))
             stopper = asyncio.create_task(self.stop_event.wait())
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             failed = [t for t in done if t is not stopper and not t.cancelled() and t.exception()]
@@ -96,13 +146,17 @@ class Runtime:
             await asyncio.gather(*tasks, stopper, return_exceptions=True)
             if failed and not self.stop_event.is_set():
                 error = failed[0].exception()
+                if isinstance(error, Twin):
+                    self.log.error("twin_refused", error=str(error), pid=os.getpid())
+                    return 1
                 self.log.error("failed", error=str(error) or repr(error), kind=type(error).__name__)
                 return 1
             notify_systemd("STOPPING=1")
-            try:
-                await asyncio.wait_for(self.beat("stopped", ""), 2)
-            except (asyncio.TimeoutError, StarlingError):
-                pass
+            if self._enlisted.is_set():  # a process that never enlisted has no beat of its own to end
+                try:
+                    await asyncio.wait_for(self.beat("stopped", ""), 2)
+                except (asyncio.TimeoutError, StarlingError):
+                    pass
             self.log.info("stopped")
             return 0
         finally:

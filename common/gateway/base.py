@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 from typing import Awaitable, Callable
 
 import msgspec
@@ -35,9 +34,9 @@ class Gateway:
         self.paths = rt.svc.paths
         self.platform = platform
         self.log = rt.log.bind(platform=platform)
-        # stable across restarts (not the pid): a restarted gateway takes back the rows its predecessor
-        # held at once (Deliverer.run), instead of waiting for their leases; --name tells processes apart
-        self.worker = f"{rt.svc.name}@{socket.gethostname()}"
+        # <name>@<host>/<boot>, unique to the process: a restart under the name takes back the rows its gone
+        # predecessor held at once (Runtime.enlist); a live twin under the name is refused
+        self.worker = rt.identity.worker
         self.reader = None
         self.webhooks = WebhookServers(self.log)
         self.channels: dict[str, Channel] = {cfg.id: make_channel(self, cfg) for cfg in instances}

@@ -1,8 +1,9 @@
 """Outbox delivery: claim the head of each chat's queue for this process's instances (a lease), send
 it through its channel, and tell the writer how it went. Chats go in parallel, each in order.
 
-A row held by a gateway that died is taken again once its lease runs out; parts of a long message
-already delivered are recorded (OutboxProgress), so only the one call in flight at a crash can repeat.
+A row held by a gateway that died is taken back at once by its successor under the same name (the
+enlistment, common/runtime.py), or by anyone once its lease runs out; parts of a long message already
+delivered are recorded (OutboxProgress), so only the one call in flight at a crash can repeat.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ class Deliverer:
         instances = list(gw.channels)  # events for all; claims only for channels that started (below)
         events = bus.EventSubscriber(gw.svc.endpoints.events, gw.svc.key, [m.topic_outbox(i) for i in instances])
         events.start()
-        await self._take_back()
         pump = asyncio.create_task(self._pump(events))
         try:
             while True:
@@ -64,14 +64,6 @@ class Deliverer:
         finally:
             pump.cancel()
             events.close()
-
-    async def _take_back(self) -> None:
-        """Rows a previous process under this name held (it was killed): pending again now, not after
-        their leases. The call they were in may have reached the platform: counted as retaken."""
-        try:
-            await self.gateway.call(m.ReleaseOutbox(ids=[], worker=self.worker, all_held=True))
-        except StarlingError as exc:
-            self.log.warning("outbox_take_back_failed", error=str(exc))
 
     async def _pump(self, events: bus.EventSubscriber) -> None:
         while True:

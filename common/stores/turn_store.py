@@ -59,6 +59,7 @@ PARK = (
 UNPARK = "UPDATE turns SET state = 'pending', attempts = 0 WHERE id = ? AND state = 'waiting'"
 SESSION_OF = "SELECT session_id FROM turns WHERE id = ?"
 HELD = "SELECT session_id FROM turns WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+HELD_BY = "SELECT id, session_id FROM turns WHERE state = 'claimed' AND lease_owner = ? ORDER BY id"
 HAS_WORK = "SELECT 1 FROM turns WHERE state IN ('pending', 'claimed') AND session_id = ? LIMIT 1"
 GET = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
@@ -195,6 +196,11 @@ def held_by(conn: apsw.Connection, turn_id: int, worker: str) -> int | None:
     """The session of a turn this worker holds a claim on, else None."""
     row = conn.execute(HELD, (turn_id, worker)).fetchone()
     return None if row is None else int(row[0])
+
+
+def held_turns(conn: apsw.Connection, worker: str) -> list[tuple[int, int]]:
+    """(turn id, session id) of every turn ``worker`` holds a claim on."""
+    return [(row[0], row[1]) for row in conn.execute(HELD_BY, (worker,))]
 
 
 def has_work(conn: apsw.Connection, session_id: int) -> bool:

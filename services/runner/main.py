@@ -9,7 +9,6 @@ covers lost events and expired leases.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 
 import structlog
@@ -35,7 +34,7 @@ class Runner:
         self.cfg = rt.svc.cfg
         self.paths = rt.svc.paths
         self.log = rt.log
-        self.worker = f"{rt.svc.name}:{os.getpid()}"
+        self.worker = rt.identity.worker  # <name>@<host>/<boot>: a restart under the name takes these turns back
         self.personas = Personas(self.paths.agents_dir)
         self.providers: dict[tuple[str, str], object] = {}
         self.reader = None

@@ -12,7 +12,7 @@ from common.stores import (
     session_store, turn_store,
 )
 from schema import messages as m
-from services.writer import retention_ops, schedule_ops
+from services.writer import lease_ops, retention_ops, schedule_ops
 
 _json = msgspec.json.Encoder()
 
@@ -113,7 +113,11 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             return m.Done()
         case m.Heartbeat():
             beat_store.record(conn, op.service, op.pid, op.state, op.detail, now, op.parent_pid)
+            if op.worker:
+                lease_ops.beat(conn, op, now)
             return m.Done()
+        case m.Enlist():
+            return lease_ops.enlist(conn, op, now, events)
         case m.Ping():
             return m.Done()
         case m.CloseSession():
