@@ -208,6 +208,47 @@ class Tools(_Section, kw_only=True):
     shell: Shell = field(default_factory=Shell)
 
 
+ApprovalMode = Literal["ask", "auto", "deny"]
+HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,100}$"
+
+
+class McpServer(_Section, kw_only=True):
+    """[mcp.<name>]: one MCP server, stdio (``command``, ``args``, ``env``) or Streamable HTTP (``url``,
+    ``headers``). ``env`` and ``headers`` map a variable or header to a secret's *name*."""
+
+    command: str = ""
+    args: list[str] = []
+    env: dict[Annotated[str, Meta(pattern=ENV_NAME_PATTERN)], SecretName] = {}
+    url: str = ""
+    headers: dict[Annotated[str, Meta(pattern=HEADER_NAME_PATTERN)], SecretName] = {}
+    approval: ApprovalMode = "ask"  # for every tool of the server
+    tools: dict[str, ApprovalMode] = {}  # per-tool overrides, by the server's tool name
+    trust_hints: bool = False  # a tool's readOnlyHint makes it free (approval "ask" only)
+    timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 60.0  # one tool call
+    start_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 30.0  # starting and the handshake
+    network: bool = False  # a stdio server may use the network (the operator's decision)
+
+    def __post_init__(self) -> None:
+        if bool(self.command) == bool(self.url):
+            raise _FieldError("command", "set either command (a stdio server) or url (Streamable HTTP), not both")
+        if self.url:
+            if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).hostname:
+                raise _FieldError("url", f"expected an http:// or https:// URL, got {self.url!r}")
+            for key, present in (("args", self.args), ("env", self.env), ("network", self.network)):
+                if present:
+                    raise _FieldError(key, "only for a stdio server (command); this one has a url")
+        elif self.headers:
+            raise _FieldError("headers", "only for a Streamable HTTP server (url); this one has a command")
+
+    @property
+    def transport(self) -> str:
+        return "http" if self.url else "stdio"
+
+    def approval_for(self, tool: str) -> str:
+        return self.tools.get(tool, self.approval)
+
+
 class Scheduler(_Section, kw_only=True):
     poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
     max_consecutive_failures: Annotated[int, Meta(ge=0, le=1000)] = 3  # then the job is disabled; 0: never
@@ -287,6 +328,7 @@ class Config(_Section, kw_only=True):
     backup: Backup = field(default_factory=Backup)
     writer: Writer = field(default_factory=Writer)
     bus: Bus = field(default_factory=Bus)
+    mcp: dict[Ident, McpServer] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.health.alert_to:
@@ -311,6 +353,7 @@ def referenced_secrets(cfg: Config) -> dict[str, str]:
         for i, gw in enumerate(getattr(cfg.gateways, platform)):
             for attr in names:
                 found.setdefault(getattr(gw, attr), f"gateways.{platform}[{i}].{attr}")
+    _mcp_secrets(cfg, found)
     return found
 
 
@@ -342,7 +385,16 @@ def required_secrets(cfg: Config) -> dict[str, str]:
         for i, gw in enumerate(getattr(cfg.gateways, platform)):
             for attr in _SECRETS_BY_MODE[(platform, gw.mode)]:
                 found.setdefault(getattr(gw, attr), f"gateways.{platform}[{i}].{attr}")
+    _mcp_secrets(cfg, found)
     return found
+
+
+def _mcp_secrets(cfg: Config, found: dict[str, str]) -> None:
+    """Each MCP server's env and header values are secret names, read when the server starts."""
+    for name, server in cfg.mcp.items():
+        for kind, table in (("env", server.env), ("headers", server.headers)):
+            for key, secret in table.items():
+                found.setdefault(secret, f"mcp.{name}.{kind}.{key}")
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -600,6 +652,22 @@ file_mb = 1024                 # largest file a command may write
 open_files = 1024
 processes = 512                # inside the sandbox's user namespace (Linux never caps root's)
 read_paths = []                # more absolute folders commands may read (the system folders always are)
+
+# MCP servers whose tools agents may use (an agent lists them: mcp = ["github"] in its config.toml).
+# Each tool reaches the model as <server>__<tool>, under approvals and the audit like every tool.
+#
+# [mcp.github]
+# command = "github-mcp-server"   # a stdio server, started confined like the shell, on first use
+# args = ["stdio"]
+# env = { GITHUB_TOKEN = "github-token" }   # values are secret names
+# network = false                # a stdio server has no network unless this is true (your decision)
+# url = ""                       # or a Streamable HTTP server: url = "https://...", no command
+# headers = {}                   # with url: e.g. { Authorization = "github-bearer" } (secret names)
+# approval = "ask"               # ask | auto | deny, for every tool of the server
+# tools = {}                     # per-tool overrides, e.g. { search_code = "auto", delete_repo = "deny" }
+# trust_hints = false            # true: a tool the server marks read-only runs without asking
+# timeout_s = 60                 # one tool call
+# start_timeout_s = 30           # starting the server and the handshake
 
 [scheduler]
 poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups

@@ -42,6 +42,7 @@ class AgentSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     tools: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_TOOLS))
     approval: Approval = msgspec.field(default_factory=Approval)
     max_steps: int = 12  # model calls in one turn before it is cut short
+    mcp: list[str] = msgspec.field(default_factory=list)  # [mcp.<name>] servers of config.toml this agent may use
 
 
 class SkillsFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -152,6 +153,7 @@ What you know about your person. Fill it in, or let the agent add to it as it le
 provider = "default"           # a [providers.<name>] of the main config.toml
 model = ""                     # "" = the provider's model
 tools = [{tools}]
+mcp = []                       # MCP servers of the main config.toml ([mcp.<name>]) this agent may use
 
 [approval]
 mode = "ask"                   # ask the person before dangerous tool calls

@@ -103,6 +103,9 @@ class Runner:
             await self._hand_back()
             for provider in self.providers.values():
                 await provider.close()
+            mcp = sys.modules.get("services.runner.tools.mcp")  # imported with the tools, on the first turn
+            if mcp is not None:
+                await mcp.close_all()  # the MCP servers this runner started stop with it
 
     async def _claim_what_we_can(self) -> None:
         while not self.slots.locked():

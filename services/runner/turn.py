@@ -93,7 +93,11 @@ class TurnWork:
         ctx = ToolContext(paths=self.runner.paths, cfg=self.runner.cfg, agent=claim.agent,
                           session_id=claim.session_id, turn_id=claim.turn_id, instance=claim.instance,
                           chat=claim.chat, call=self.call, reader=lambda: self.runner.reader, log=self.log,
-                          worker=self.worker)
+                          worker=self.worker, mcp=tuple(persona.settings.mcp))
+        mcp_tools, unavailable = await registry.mcp_specs(ctx)  # starts the agent's MCP servers on first use
+        tools += mcp_tools
+        if unavailable:
+            system += "\n\n# Unavailable tools\n" + "\n".join(f"- {line}" for line in unavailable)
         pending = conversation.pending_calls(messages)
         if pending:  # resumed: after an approval was decided, or after a runner died mid-call
             await self._run_calls(ctx, persona, pending, messages, approval)

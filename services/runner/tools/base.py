@@ -32,6 +32,7 @@ class ToolContext:
     approved: bool = False  # the call may run despite its class: the person approved it, a grant, or mode auto
     auto_approved: bool = False  # ... and it was mode auto, not a person: never a reason to lift confinement
     worker: str = ""  # the runner holding this turn's lease (writes that need the lease carry it)
+    mcp: tuple[str, ...] = ()  # the [mcp.<name>] servers this agent may use (its config's ``mcp``)
 
 
 @dataclass

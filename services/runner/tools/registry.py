@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from common.redact import redact, redact_value, refresh
 from services.runner.llm import ToolSpec
 from services.runner.tools import cron, files, home_paths, jobs, memory, output, recall, send, shell
+from services.runner.tools import mcp
 from services.runner.tools.base import Refused, Tool, ToolContext, ToolError, ToolResult
 
 GROUPS = ("files", "shell", "memory", "recall", "send", "cron", "jobs")
@@ -129,7 +130,9 @@ def validate(spec: ToolSpec, args: Any) -> tuple[dict[str, Any], str]:
 async def execute(ctx: ToolContext, name: str, args: Any, enabled_groups: Iterable[str] | None = None) -> ToolResult:
     """Run one tool call for the model. ``enabled_groups`` (optional) refuses tools the agent lacks."""
     tool = TOOLS.get(name)
-    if tool is None or (enabled_groups is not None and tool.group not in set(enabled_groups)):
+    if tool is None:
+        tool = mcp.tool_for(ctx, name, args)  # <server>__<tool> of one of the agent's MCP servers
+    if tool is None or (enabled_groups is not None and tool.group not in set(enabled_groups) and tool.group != "mcp"):
         names = ", ".join(t for t, tl in TOOLS.items() if enabled_groups is None or tl.group in set(enabled_groups))
         return ToolResult(f"unknown tool {name!r}; the tools are: {names}", outcome="error")
     checked, problem = validate(tool.spec, args)
@@ -155,6 +158,12 @@ async def execute(ctx: ToolContext, name: str, args: Any, enabled_groups: Iterab
         keep = result.content.encode("utf-8")[: output.HEAD_BYTES * 4].decode("utf-8", "ignore")
         result.content = f"{keep}\n[result truncated: it could not be saved ({e.strerror or e})]"
     return result
+
+
+async def mcp_specs(ctx: ToolContext) -> tuple[list[ToolSpec], list[str]]:
+    """The agent's MCP tools (``ctx.mcp``), starting their servers on first use, and a line for each server
+    that is unavailable (mcp.py)."""
+    return await mcp.specs(ctx)
 
 
 def redact_arguments(args: Any) -> str:
