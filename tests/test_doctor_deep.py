@@ -6,6 +6,7 @@ import asyncio
 import json
 import shutil
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.fake_telegram import DEFAULT_TOKEN as TELEGRAM_TOKEN
 from tests.fake_telegram import FakeTelegram
 from tests.fake_whatsapp import DEFAULT_PHONE_NUMBER_ID, FakeWhatsApp
 from tests.fake_whatsapp import DEFAULT_TOKEN as WHATSAPP_TOKEN
+from tests.procs import REPO
 
 SECRET_VARS = ("OPENAI", "ANTHROPIC", "TELEGRAM_MAIN", "SLACK_BOT", "SLACK_APP", "WHATSAPP_TOKEN")
 
@@ -71,15 +73,15 @@ GOOD = {"openai": "sk-good-openai-key", "anthropic": "sk-ant-good", "telegram_ma
 
 
 async def deep(root: Path) -> tuple[int, dict]:
-    """Run `doctor --deep --json` in a thread (it runs its own event loop) while the fakes serve in this one."""
-    def run():
-        import contextlib
-        import io
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            rc = main(["--home", str(root), "doctor", "--deep", "--json"])
-        return rc, json.loads(buffer.getvalue())
-    return await asyncio.to_thread(run)
+    """`starling doctor --deep --json` as a process of its own, while the fakes serve in this event loop."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "common.cli", "--home", str(root), "doctor", "--deep", "--json", cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 50)
+    try:
+        return proc.returncode, json.loads(out)
+    except ValueError:
+        raise AssertionError(f"doctor printed no JSON (exit {proc.returncode}): {out[-2000:]!r} {err[-2000:]!r}") from None
 
 
 def deep_checks(report: dict) -> dict[str, tuple[str, str]]:
