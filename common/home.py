@@ -89,6 +89,16 @@ class Paths:
         return self.data_dir / "run"
 
     @property
+    def spool_dir(self) -> Path:
+        """Gateways' spools of events acknowledged before the writer stored them (common/gateway/spool.py)."""
+        return self.data_dir / "spool"
+
+    @property
+    def dead_letters_dir(self) -> Path:
+        """Dead letters the writer could not take (common/gateway/dead_letters.py)."""
+        return self.data_dir / "dead-letters"
+
+    @property
     def shared_workspace(self) -> Path:
         return self.workspace_dir / "shared"
 

@@ -1,5 +1,8 @@
 """The life of an asyncio service: heartbeats on the bus, systemd readiness and watchdog, a clean stop.
 
+A heartbeat the writer cannot take (its disk full, it restarting) is never fatal: later beats go on,
+and the first one, which readiness waits for, is sent again until it is stored (common/holding.py).
+
 Before any work the process enlists under its name (``Enlist``, common/identity.py): a live process of
 that name refuses it (it exits 1, naming the first one's pid and since when); a gone predecessor's turns
 and outbox rows come back at once. A process whose name was taken over (it was judged gone) hears so on
@@ -50,16 +53,26 @@ class Runtime:
             window=svc.cfg.bus.window, heartbeat_ms=svc.cfg.bus.heartbeat_ivl_ms, deadline_s=3600,
         )
 
-    async def beat(self, state: str | None = None, detail: str | None = None) -> None:
+    async def beat(self, state: str | None = None, detail: str | None = None, hold: bool = False) -> None:
+        """Report in. The writer's condition is logged, not raised (the next beat tries again), or with
+        ``hold`` waited out; other errors are raised."""
         if state is not None:
             self.state = state
         if detail is not None:
             self.detail = detail
         elif self.describe is not None:
             self.detail = self.describe()
-        await self.client.call(m.Heartbeat(service=self.svc.name, pid=os.getpid(), state=self.state,
-                                           detail=self.detail, parent_pid=os.getppid(),
-                                           worker=self.identity.worker))
+        op = m.Heartbeat(service=self.svc.name, pid=os.getpid(), state=self.state, detail=self.detail,
+                         parent_pid=os.getppid(), worker=self.identity.worker)
+        if hold:
+            await holding.call(self.client, op, log=self.log)
+            return
+        try:
+            await self.client.call(op)
+        except Exception as exc:
+            if not holding.condition(exc):
+                raise
+            self.log.warning("heartbeat_failed", error=str(exc) or type(exc).__name__)
 
     async def _heartbeats(self) -> None:
         interval = self.svc.cfg.health.heartbeat_interval_ms / 1000
@@ -117,7 +130,7 @@ class Runtime:
     async def announce_ready(self, state: str = "ready", detail: str = "") -> None:
         """The service can do its work: tell the writer (which `starling up` watches) and systemd."""
         await self._enlisted.wait()
-        await self.beat(state, detail)
+        await self.beat(state, detail, hold=True)
         notify_systemd("READY=1")
         self.log.info("ready", state=state, detail=detail)
         self._ready.set()

@@ -1,6 +1,7 @@
-"""The first rule of durability, on every gateway: nothing is acknowledged to the platform before the
-writer committed it. The writer is paused (SIGSTOP) while a message comes in: no ack, no confirmed
-offset, no 200 may go out meanwhile; once it resumes, the message is stored once and acknowledged."""
+"""The first rule of durability, on every gateway: nothing is acknowledged to the platform before it is
+durable on this host. The writer is paused (SIGSTOP) while a message comes in: no confirmed offset, no
+200 may go out meanwhile; Slack, whose retries end within minutes, gets its ack once the event is in
+the gateway's spool (fsynced), and not before. Once the writer resumes, the message is stored once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import threading
 import time
 
+from common.gateway import spool
 from tests.fake_whatsapp import DEFAULT_APP_SECRET, DEFAULT_PHONE_NUMBER_ID, message_payload, sign
 from tests.procs import wait_until
 from tests.slack_stack import OWNER as SLACK_OWNER
@@ -49,15 +51,27 @@ def test_telegram_confirms_no_offset_while_the_writer_is_away():
         assert "echo: while paused" == s.replies(TG_OWNER, 1)[0]["text"]
 
 
-def test_slack_acks_no_envelope_while_the_writer_is_away():
+def spooled_event_ids(s) -> list[str]:
+    entries, _ = spool.read(s.home.paths.spool_dir / "gateway-slack.spool")
+    return [e.event["payload"]["event_id"] for e in entries]
+
+
+def test_slack_acks_an_envelope_only_once_it_is_spooled_while_the_writer_is_away():
     with slack_stack(ack_timeout=30) as s:
         s.start_gateway()
         with writer_paused(s):
+            sent = time.monotonic()
             env = s.sl.message("D1", SLACK_OWNER, "while paused", channel_type="im")
-            time.sleep(PAUSE_S)
-            assert [] == s.sl.records("acks", envelope_id=env["envelope_id"])
-        wait_until(lambda: s.sl.records("acks", envelope_id=env["envelope_id"]), 20, what="the ack after the writer's")
+            time.sleep(spool.DIRECT_S / 2)
+            assert [] == s.sl.records("acks", envelope_id=env["envelope_id"])  # the writer gets its chance first
+            wait_until(lambda: s.sl.records("acks", envelope_id=env["envelope_id"]), 10, what="the ack once spooled")
+            assert time.monotonic() - sent >= spool.DIRECT_S * 0.9
+            assert spooled_event_ids(s) == [env["payload"]["event_id"]]  # durable here before the ack went out
+            assert [] == user_turns(s, "sl", "D1")
+        wait_until(lambda: user_turns(s, "sl", "D1"), 20, what="the spooled event stored once the writer is back")
         assert ["while paused"] == user_turns(s, "sl", "D1")
+        s.posted("D1", 1)
+        wait_until(lambda: spooled_event_ids(s) == [], 10, what="the spool to drain")
 
 
 def test_whatsapp_answers_no_200_while_the_writer_is_away():

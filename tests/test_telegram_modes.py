@@ -190,34 +190,66 @@ async def _enqueue(s, instance: str, text: str) -> None:
         await c.call(m.EnqueueOutbox(instance=instance, chat=str(OWNER), replies=[m.Reply(text=text)]))
 
 
-def test_a_batch_that_keeps_failing_is_passed_over_loudly(monkeypatch):
+class _DeadLetters:
+    def __init__(self) -> None:
+        self.kept: list[tuple[str, object, str]] = []
+
+    async def keep(self, channel, event_key: str, raw: object, reason: str) -> None:
+        self.kept.append((event_key, raw, reason))
+
+
+async def _poll_until_offset(handle_batch, tries: int = 3, hold_s: float = 0.01):
+    """A polling channel against the fake Bot API whose batches go to ``handle_batch``: (calls, offset,
+    the update's id, what was kept as a dead letter) once the offset moved past the update."""
     from types import SimpleNamespace
 
     from services.gateway_telegram import channel as tgc
 
-    monkeypatch.setattr(tgc, "BATCH_TRIES", 3)
-
-    async def go():
-        async with FakeTelegram() as fake, aiohttp.ClientSession() as session:
-            ch = tgc.TelegramChannel.__new__(tgc.TelegramChannel)
-            ch.api, ch.log, ch.offset, ch.failures = BotApi(fake.url, fake.token, session), _Log(), None, 0
-            ch.cfg = SimpleNamespace(mode="polling")
-            calls = []
-
-            async def poisoned(updates):
-                calls.append([u["update_id"] for u in updates])
-                raise ValueError("a bug on this update")
-
-            ch.handle_batch = poisoned
-            first = fake.message("poison", user=OWNER)["update_id"]
+    async with FakeTelegram() as fake, aiohttp.ClientSession() as session:
+        ch = tgc.TelegramChannel.__new__(tgc.TelegramChannel)
+        ch.api, ch.log, ch.offset, ch.failures = BotApi(fake.url, fake.token, session), _Log(), None, 0
+        ch.cfg, ch.id = SimpleNamespace(mode="polling"), "tg"
+        ch.gateway = SimpleNamespace(dead_letters=_DeadLetters())
+        ch.handle_batch = handle_batch
+        first = fake.message("poison", user=OWNER)["update_id"]
+        old = (tgc.BATCH_TRIES, tgc.HOLD_S)
+        tgc.BATCH_TRIES, tgc.HOLD_S = tries, hold_s
+        try:
             task = asyncio.create_task(ch._poll())
-            for _ in range(200):
+            for _ in range(400):
                 if ch.offset is not None:
                     break
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.025)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            return calls, ch.offset, first
+        finally:
+            tgc.BATCH_TRIES, tgc.HOLD_S = old
+        return ch.offset, first, ch.gateway.dead_letters.kept
 
-    calls, offset, first = asyncio.run(go())
-    assert 3 == len(calls) and offset == first + 1  # tried 3 times, then the offset moved past it
+
+def test_a_batch_the_writer_cannot_store_keeps_its_offset_past_any_count_of_tries():
+    from common.errors import WriteRejected
+
+    calls = []
+
+    async def full_disk_for_a_while(updates):
+        calls.append([u["update_id"] for u in updates])
+        if len(calls) <= 20:  # far past BATCH_TRIES: a full disk is the writer's condition, never the update's
+            raise WriteRejected("disk_full", "the data disk is full")
+
+    offset, first, kept = asyncio.run(_poll_until_offset(full_disk_for_a_while))
+    assert len(calls) == 21 and all(c == [first] for c in calls)  # the same update every time, not passed over
+    assert offset == first + 1 and kept == []  # confirmed only once stored
+
+
+def test_a_batch_that_keeps_failing_for_a_bug_is_kept_as_dead_letters_then_passed_over():
+    calls = []
+
+    async def poisoned(updates):
+        calls.append([u["update_id"] for u in updates])
+        raise ValueError("a bug on this update")
+
+    offset, first, kept = asyncio.run(_poll_until_offset(poisoned))
+    assert 3 == len(calls) and offset == first + 1  # tried 3 times, then the offset moved past it...
+    assert [(k, raw["update_id"]) for k, raw, _ in kept] == [(f"tg:tg:u:{first}", first)]  # ...kept whole
+    assert "a bug on this update" in kept[0][2]

@@ -20,7 +20,7 @@ import apsw
 import msgspec
 
 from common import db, health, personas, probes, sandbox
-from common.cli import doctor_fix, output
+from common.cli import doctor_fix, held, output
 from common.config import Config, is_local_url, is_loopback, load_config, required_secrets
 from common.errors import ConfigError, DatabaseUnusable, SchemaTooNew, StarlingError
 from common.home import Paths, paths_for, resolve_home
@@ -211,6 +211,29 @@ def check_disk(cfg: Config, paths: Paths) -> list[Check]:
     return checks
 
 
+def check_held(cfg: Config, paths: Paths) -> list[Check]:
+    """Dead letters (events passed over, kept whole), gateways' spools, the writer's disk reserve."""
+    found = held.read(paths)
+    checks = []
+    kept = (found.dead_letters or 0) + found.dead_letter_files
+    if kept:
+        files = f", {found.dead_letter_files} of them in {paths.dead_letters_dir}" if found.dead_letter_files else ""
+        checks.append(Check("dead letters", WARN, f"{kept} events passed over (refused for themselves) and kept"
+                                                  f" whole in the dead_letters table{files}; read them there"))
+    else:
+        checks.append(Check("dead letters", OK, "none"))
+    for name, (events, size) in found.spools.items():
+        if events:
+            checks.append(Check("spool", WARN, f"{name}: {events} events acknowledged to the platform and not yet"
+                                               f" stored ({size / 1024:.0f} KB): is the writer storing? is"
+                                               f" {name} running?"))
+    if cfg.writer.reserve_mb and paths.db_file.exists() and not found.reserve:  # (a writer has run here)
+        checks.append(Check("disk reserve", WARN, f"{paths.data_dir / held.RESERVE_FILE} is missing: the data disk"
+                                                  " filled (or had no room for it); the writer makes it again once"
+                                                  " there is"))
+    return checks
+
+
 def check_sandbox(cfg: Config) -> Check:
     """What confines the agent's commands on this host (probed for real, as the runner does)."""
     found = sandbox.probe(cfg.tools.sandbox)
@@ -386,6 +409,7 @@ def run_checks(home: Path, deep: bool = False) -> list[Check]:
     checks += check_agents(cfg, paths)
     checks += check_database(cfg, paths)
     checks += check_disk(cfg, paths)
+    checks += check_held(cfg, paths)
     checks.append(check_sandbox(cfg))
     checks.append(check_control(cfg))
     checks.append(check_control_port(cfg, paths))

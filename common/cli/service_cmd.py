@@ -7,7 +7,7 @@ import signal
 import time
 
 from common import db, pids
-from common.cli import output
+from common.cli import held, output
 from common.cli.context import Context
 from common.errors import StarlingError
 from common.home import ensure_layout
@@ -240,8 +240,10 @@ def cmd_status(args) -> int:
             "detail": refused if name == "writer" and refused else
             beat.detail if beat else (info.description if info else ""),
         })
+    kept = held.read(ctx.paths)  # dead letters, spools, the disk reserve
     if args.json:
-        output.emit_json({"home": str(ctx.home), "supervisord": running, "services": rows, "refused": refused})
+        output.emit_json({"home": str(ctx.home), "supervisord": running, "services": rows, "refused": refused,
+                          **kept.as_json()})
         return 0
     print(f"Starling home {ctx.home}: supervisord {'running' if running else 'not running'}")
     print(output.table(
@@ -253,4 +255,6 @@ def cmd_status(args) -> int:
           r["restarts"] if r["restarts"] is not None else "-", r["detail"]] for r in rows],
         colour_column=1,
     ))
+    for line in kept.lines():
+        print(line)
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from common.errors import StarlingError
+from common.holding import NO_SPACE
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -90,7 +91,11 @@ async def attach(msg, instance: str, seq: int, kind: str, name: str, size: int, 
             note = str(exc)
         except asyncio.TimeoutError:
             note = f"the download took longer than {timeout_s:.0f}s"
-        except (StarlingError, OSError, KeyError, TypeError, ValueError) as exc:
+        except OSError as exc:
+            if exc.errno in NO_SPACE:  # the disk's condition, not the file's: the message waits (common/holding.py)
+                raise
+            note = f"could not be fetched ({exc})"
+        except (StarlingError, KeyError, TypeError, ValueError) as exc:
             note = f"could not be fetched ({exc})"
         else:
             msg.attachments.append(str(path))

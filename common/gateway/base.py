@@ -1,19 +1,32 @@
 """The gateway process: runs a platform's channels under one Runtime, submits what they receive,
-delivers what the outbox holds for them, and shows a typing sign while agents work."""
+delivers what the outbox holds for them, and shows a typing sign while agents work.
+
+What a channel receives is handed to the writer by ``submit``, which holds while the writer's condition
+lasts (a full disk, an I/O error, a busy or restarting writer: common/holding.py), however long: the
+channel acknowledges the event to its platform only once ``submit`` returned. An event refused for
+itself (it fails validation), or failing for a reason of its own SUBMIT_TRIES times, is kept whole as a
+dead letter (common/gateway/dead_letters.py) and passed over. A platform whose retries end sooner than
+a writer outage may last (``Channel.spools``: Slack) acknowledges once the event is in the process's
+spool (common/gateway/spool.py), replayed at the next start before anything new is received.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 from typing import Awaitable, Callable
 
 import msgspec
 
-from common import db
+from common import db, holding
 from common.errors import StarlingError
 from common.gateway.access import Access, Verdict
 from common.gateway.channel import Channel, InboundMessage
+from common.gateway.dead_letters import DeadLetters
 from common.gateway.delivery import Deliverer
+from common.gateway.spool import SUFFIX as SPOOL_SUFFIX
+from common.gateway.spool import Entry, Spool
 from common.gateway.typing import Typing
 from common.gateway.webhook import WebhookServers
 from common.runtime import Runtime
@@ -22,6 +35,7 @@ from schema import messages as m
 
 MAX_TEXT = 32_000  # characters of one inbound message kept (platforms cap lower; a forged event may not)
 START_RETRY_S = (2.0, 60.0)  # a channel that cannot start retries with this backoff (first, max)
+SUBMIT_TRIES = 5  # an event failing for a reason of its own (not the writer's condition): then a dead letter
 
 MakeChannel = type[Channel]  # a platform's Channel class, made once per configured instance
 Fetch = Callable[[InboundMessage], Awaitable[None]]
@@ -44,6 +58,11 @@ class Gateway:
                                       make_channel.senders_in_groups) for cfg in instances}
         self.typing = Typing(self)
         self.deliverer = Deliverer(self)
+        self.dead_letters = DeadLetters(self)
+        self.spool: Spool | None = None
+        if make_channel.spools:  # one per process: data/spool/<process name>.spool
+            self.spool = Spool(self.paths.spool_dir / f"{rt.svc.name}{SPOOL_SUFFIX}", self.log)
+            self.spool.on_failure = self._spooled_failed
         rt.describe = self.detail  # each heartbeat carries every channel's current state to `starling status`
 
     async def call(self, op: m.WriteOp, key: str | None = None):
@@ -53,6 +72,13 @@ class Gateway:
 
     async def run(self, _rt: Runtime) -> None:
         self.reader = await asyncio.to_thread(db.wait_for_schema, self.paths.db_file, 120.0, stop=self.svc.stopping)
+        if self.spool is not None:
+            self.spool.open()
+            unknown = self.spool.pending_instances() - set(self.channels)
+            if unknown:
+                self.log.error("spool_unknown_instances", instances=sorted(unknown), path=str(self.spool.path),
+                               note="kept in the spool until an instance of that id is served by this process again")
+        moving = asyncio.create_task(self.dead_letters.move_file_into_table())
         for channel in self.channels.values():
             channel.register_webhooks()
         await self.webhooks.start()
@@ -69,8 +95,11 @@ class Gateway:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await self.deliverer.release_all()
         finally:
+            moving.cancel()
             self.typing.close()
             await self.webhooks.close()
+            if self.spool is not None:
+                await self.spool.close()
             for channel in self.channels.values():
                 try:
                     await channel.close()
@@ -97,19 +126,66 @@ class Gateway:
             delay = min(delay * 2, START_RETRY_S[1])
             if await self._start(channel):
                 await self.rt.beat(detail=self.detail())
+        if self.spool is not None:  # what a predecessor acknowledged and the writer had not stored: first
+            replayed = self.spool.replay(channel.id, lambda event: lambda: channel.handle_spooled(event))
+            if replayed:
+                channel.log.info("spool_replayed", events=replayed)
         await channel.receive()
 
     def detail(self) -> str:
-        return "; ".join(f"{c.id}: {c.status}" for c in self.channels.values())
+        text = "; ".join(f"{c.id}: {c.status}" for c in self.channels.values())
+        if self.spool is not None and self.spool.spooled:
+            events, size = self.spool.stats()
+            text += f"; spool: {events} events not yet stored ({size / 1024:.0f} KB)"
+        return text
+
+    async def _spooled_failed(self, entry: Entry, exc: BaseException) -> None:
+        await self.dead_letters.keep(self.channels[entry.instance], entry.key, entry.event,
+                                     f"{type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------ inbound
 
-    async def submit(self, channel: Channel, msg: InboundMessage, fetch: Fetch | None = None) -> str:
-        """Hand one received message to the writer. Returns what became of it (accepted, duplicate,
-        pairing, ignored, not_addressed, answered). Raises BusTimeout or StarlingError when the writer
-        did not ack: the caller must not acknowledge the event to the platform then. ``fetch`` downloads
-        the message's files; it runs only for a sender who passed the access check."""
+    async def submit(self, channel: Channel, msg: InboundMessage, fetch: Fetch | None = None,
+                     raw: object = None) -> str:
+        """Hand one received message to the writer; return what became of it (accepted, duplicate,
+        pairing, ignored, not_addressed, answered, dead_letter) once the writer stored it. While the
+        writer's condition lasts this holds, with backoff, however long (cancel it to give up: the event
+        is then not acknowledged). ``fetch`` downloads the message's files; it runs only for a sender who
+        passed the access check. ``raw``: the event as the platform sent it, kept whole should it be
+        passed over (refused for itself, or failing for a reason of its own SUBMIT_TRIES times)."""
         log = channel.log.bind(chat=msg.chat, platform_msg_id=msg.platform_msg_id)
+        backoff = holding.Backoff()
+        held = failures = 0
+        while True:
+            attempt = dataclasses.replace(msg, attachments=list(msg.attachments), meta=dict(msg.meta))
+            try:
+                outcome = await self._submit_once(channel, attempt, fetch, log)
+            except Exception as exc:
+                error = str(exc) or type(exc).__name__
+                if holding.condition(exc):  # the writer's, not the event's: never passed over
+                    held += 1
+                    delay = backoff.next()
+                    if held == 1 or held % holding.LOG_EVERY == 0:
+                        log.warning("inbound_held", error=error, tries=held, retry_in_s=delay)
+                    await asyncio.sleep(delay)
+                    continue
+                failures += 1
+                if not holding.refusal(exc) and failures < SUBMIT_TRIES:
+                    log.warning("inbound_failed", error=error, kind=type(exc).__name__, attempt=failures)
+                    await asyncio.sleep(backoff.next())
+                    continue
+                try:
+                    await self.dead_letters.keep(channel, msg.dedupe_keys[0], raw if raw is not None else
+                                                 dataclasses.asdict(msg), f"{type(exc).__name__}: {error}")
+                except OSError:  # neither the writer nor the file can keep it: held like the writer's condition
+                    await asyncio.sleep(backoff.next())
+                    continue
+                return "dead_letter"
+            if held:
+                log.info("inbound_stored_after_hold", tries=held)
+            return outcome
+
+    async def _submit_once(self, channel: Channel, msg: InboundMessage, fetch: Fetch | None, log) -> str:
         key = msg.dedupe_keys[0]
         verdict = self.access[channel.id].verdict(msg.sender, msg.room or msg.chat, msg.private)
         if verdict is Verdict.IGNORE:

@@ -80,6 +80,9 @@ class Channel:
 
     platform = ""
     senders_in_groups = False  # True: an allowed sender is answered in any group, not only in allowed ones
+    # True: the platform's retries end sooner than a writer outage may last (Slack), so events are
+    # acknowledged once in the process's spool (common/gateway/spool.py), replayed by handle_spooled
+    spools = False
 
     @staticmethod
     def normalize_id(value: str) -> str:
@@ -103,6 +106,10 @@ class Channel:
 
     async def receive(self) -> None:
         """Receive forever (a polling or socket loop); webhook transports just wait."""
+
+    async def handle_spooled(self, event: dict) -> None:
+        """Hand an event from the spool (as the channel spooled it) to the writer (``spools`` only)."""
+        raise NotImplementedError
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
         raise NotImplementedError

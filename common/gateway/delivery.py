@@ -4,6 +4,11 @@ it through its channel, and tell the writer how it went. Chats go in parallel, e
 A row held by a gateway that died is taken back at once by its successor under the same name (the
 enlistment, common/runtime.py), or by anyone once its lease runs out; parts of a long message already
 delivered are recorded (OutboxProgress), so only the one call in flight at a crash can repeat.
+
+What a delivery reports (sent, failed, parts sent) is kept and sent again while the writer's condition
+lasts (a full disk, a restarting writer: common/holding.py), under one idempotency key, and the row's
+lease is renewed meanwhile: a message that went out is never sent a second time because its report
+could not be recorded before the lease ran out.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from common import bus
+from common import bus, holding
 from common.errors import StarlingError, WriteRejected
 from common.gateway.channel import Failed, Outcome, Retry, Sent
 from schema import messages as m
@@ -92,9 +97,9 @@ class Deliverer:
             log.info("outbox_retaken", repeats=self.repeats)
         renew = asyncio.create_task(self._renew(item.id))
 
-        async def progress(parts: int, platform_msg_id: str) -> None:
-            await self.gateway.call(m.OutboxProgress(id=item.id, worker=self.worker, parts_sent=parts,
-                                                     platform_msg_id=platform_msg_id))
+        async def progress(parts: int, platform_msg_id: str) -> None:  # recorded before the next part goes
+            await self._report(m.OutboxProgress(id=item.id, worker=self.worker, parts_sent=parts,
+                                                platform_msg_id=platform_msg_id), log)
 
         try:
             try:
@@ -123,25 +128,31 @@ class Deliverer:
 
     async def _record(self, item: m.OutboxItem, outcome: Outcome, log) -> None:
         if isinstance(outcome, Sent):
-            await self.gateway.call(m.OutboxSent(id=item.id, worker=self.worker, platform_msg_id=outcome.platform_msg_id))
+            await self._report(m.OutboxSent(id=item.id, worker=self.worker, platform_msg_id=outcome.platform_msg_id), log)
             log.info("outbox_sent", platform_msg_id=outcome.platform_msg_id)
         elif isinstance(outcome, Retry):
             after = min(86400.0, max(0.0, outcome.after_s))
-            await self.gateway.call(m.OutboxFailed(id=item.id, worker=self.worker, error=outcome.error,
-                                                   retry_after_s=after))
+            await self._report(m.OutboxFailed(id=item.id, worker=self.worker, error=outcome.error,
+                                              retry_after_s=after), log)
             log.warning("outbox_retry", after_s=after, error=outcome.error)
         else:
-            await self.gateway.call(m.OutboxFailed(id=item.id, worker=self.worker, error=outcome.error))
+            await self._report(m.OutboxFailed(id=item.id, worker=self.worker, error=outcome.error), log)
             log.warning("outbox_failed", error=outcome.error)
 
+    async def _report(self, op: m.WriteOp, log) -> None:
+        """The report is kept and sent again while the writer's condition lasts (the lease is renewed
+        meanwhile by _renew); only a refusal (lease_lost, ...) ends it."""
+        await holding.call(self.gateway.rt.client, op, log=log)
+
     async def _renew(self, outbox_id: int) -> None:
+        every = self.lease_s / 3
         while True:
-            await asyncio.sleep(self.lease_s / 3)
-            try:
-                await self.gateway.call(m.RenewLease(kind="outbox", id=outbox_id, worker=self.worker,
-                                                     lease_s=self.lease_s))
-            except StarlingError as exc:
-                self.log.warning("outbox_renew_failed", outbox_id=outbox_id, error=str(exc))
+            await asyncio.sleep(every)
+            try:  # the writer's condition: tried again (with backoff) until the next renewal is due
+                await asyncio.wait_for(holding.call(self.gateway.rt.client, m.RenewLease(
+                    kind="outbox", id=outbox_id, worker=self.worker, lease_s=self.lease_s)), every)
+            except (StarlingError, asyncio.TimeoutError) as exc:
+                self.log.warning("outbox_renew_failed", outbox_id=outbox_id, error=str(exc) or type(exc).__name__)
 
     async def release_all(self) -> None:
         """At stop: sends under way get a moment to finish; what is still held then is handed back, so

@@ -16,7 +16,7 @@ import time
 
 from aiohttp import web
 
-from common import db, health
+from common import db, health, holding
 from common.db import read_tx
 from common.errors import StarlingError
 from common.gateway.webhook import HEADER_TIMEOUT_S, HeaderDeadline
@@ -27,7 +27,7 @@ from common.stores import beat_store
 from common.supervisor import Supervisor
 from schema import messages as m
 
-ALERT_TIMEOUT_S = 10.0
+ALERT_TIMEOUT_S = 120.0
 MIN_TOKEN_BYTES = 16
 
 
@@ -44,6 +44,7 @@ class Control:
         # no alert in that first window
         self.grace_s = health.STALE_AFTER_BEATS * svc.cfg.health.heartbeat_interval_ms / 1000
         self.supervisor = Supervisor(svc.paths)
+        self.alerts: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------ health
 
@@ -81,14 +82,19 @@ class Control:
         target = self.svc.cfg.health.alert_to
         if not target:
             return
+        task = asyncio.create_task(self._queue_alert(target, text))  # beside /health, which must not wait
+        self.alerts.add(task)
+        task.add_done_callback(self.alerts.discard)
+
+    async def _queue_alert(self, target: str, text: str) -> None:
+        """Queued as an alert: the writer takes it even while the data disk is full (its reserve); sent
+        again while the writer's condition lasts, up to ALERT_TIMEOUT_S."""
         instance, _, chat = target.partition(":")
+        op = m.EnqueueOutbox(instance=instance, chat=chat, replies=[m.Reply(text=text)], alert=True)
         try:
-            await asyncio.wait_for(
-                self.rt.client.call(m.EnqueueOutbox(instance=instance, chat=chat, replies=[m.Reply(text=text)])),
-                ALERT_TIMEOUT_S,
-            )
+            await asyncio.wait_for(holding.call(self.rt.client, op, log=self.log), ALERT_TIMEOUT_S)
         except (asyncio.TimeoutError, StarlingError) as exc:
-            self.log.error("alert_not_queued", alert_to=target, error=str(exc))
+            self.log.error("alert_not_queued", alert_to=target, error=str(exc) or type(exc).__name__)
 
     async def watch(self) -> None:
         interval = self.svc.cfg.health.heartbeat_interval_ms / 1000

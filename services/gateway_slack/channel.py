@@ -1,6 +1,13 @@
 """One Slack app in one workspace: Socket Mode (a WebSocket, no public URL) or the Events API over
 HTTP, replies through the outbox in the conversation's thread, and an :eyes: reaction while the
-agent works."""
+agent works.
+
+An event is acknowledged (the envelope's ack, the HTTP 200) once it is durable on this host: stored by
+the writer, or, when the writer has not stored it within a second (away, restarting, its disk full),
+fsynced into the gateway's spool (common/gateway/spool.py), which hands it to the writer in order as
+soon as it can and at the next start. Slack redelivers an unacked envelope only 3 times over about
+5 minutes, and an Events API post 3 times: without the spool a longer outage would lose events.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from common.db import read_tx
-from common.errors import BusTimeout, StarlingError, WriteRejected
+from common.errors import StarlingError
 from common.gateway import attachments
 from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
 from common.gateway.limits import InOrder
@@ -41,6 +48,7 @@ THREADS_KEPT = 10_000
 class SlackChannel(Channel):
     platform = "slack"
     senders_in_groups = True  # a workspace: an allowed person is answered in any channel the bot is in
+    spools = True  # Slack's retries end after minutes: acknowledged once spooled (the module's docstring)
 
     def __init__(self, gateway, cfg) -> None:
         super().__init__(gateway, cfg)
@@ -164,17 +172,18 @@ class SlackChannel(Channel):
         return "hello" if greeted else "failed"
 
     async def _envelope(self, ws: aiohttp.ClientWebSocketResponse, envelope: dict) -> None:
-        """Hand one envelope to the writer, then ack it; unacked, Slack sends it again (deduped)."""
+        """Ack one envelope once it is durable (stored, or spooled); unacked, Slack sends it again (deduped)."""
         try:
-            outcome = await self.handle(envelope.get("type"), envelope.get("payload"))
-        except (BusTimeout, WriteRejected) as exc:
-            self.log.warning("inbound_not_acked", envelope=envelope.get("envelope_id"), error=str(exc))
-            return
+            durable = await self.take(envelope.get("type"), envelope.get("payload"))
         except Exception as exc:  # a bug on one envelope must not kill the socket; Slack will resend it
             self.log.error("envelope_failed", envelope=envelope.get("envelope_id"), error=repr(exc))
             return
+        if not durable:
+            self.log.warning("inbound_not_acked", envelope=envelope.get("envelope_id"),
+                             error="neither stored nor spooled")
+            return
         if envelope.get("retry_attempt"):
-            self.log.info("envelope_redelivered", retry_attempt=envelope.get("retry_attempt"), outcome=outcome,
+            self.log.info("envelope_redelivered", retry_attempt=envelope.get("retry_attempt"),
                           reason=envelope.get("retry_reason"))
         try:
             await ws.send_json({"envelope_id": envelope["envelope_id"]})
@@ -182,6 +191,15 @@ class SlackChannel(Channel):
             self.log.info("ack_lost", envelope=envelope.get("envelope_id"), error=str(exc))
 
     # ------------------------------------------------------------ both transports
+
+    async def take(self, kind: object, payload: object) -> bool:
+        """True once the event is durable on this host (stored by the writer, or spooled)."""
+        event = {"kind": kind, "payload": payload}
+        return await self.gateway.spool.take(self.id, _event_key(kind, payload), event,
+                                             lambda: self.handle(kind, payload))
+
+    async def handle_spooled(self, event: dict) -> None:
+        await self.handle(event.get("kind"), event.get("payload"))
 
     async def handle(self, kind: object, payload: object) -> str:
         if kind in ("events_api", "event_callback"):
@@ -201,7 +219,8 @@ class SlackChannel(Channel):
             # right behind the mention starting its thread belongs to that thread too
             if not parsed.msg.addressed and parsed.msg.meta.get("thread_ts") and self._in_thread(chat):
                 parsed.msg.addressed = True
-            outcome = await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg))
+            outcome = await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg),
+                                                raw={"type": kind, "payload": payload})
         if outcome == "accepted" and not parsed.msg.private:
             self._took_part(chat)
         return outcome
@@ -261,7 +280,11 @@ class SlackChannel(Channel):
         if request.headers.get("X-Slack-Retry-Num"):
             self.log.info("event_redelivered", retry=request.headers.get("X-Slack-Retry-Num"),
                           reason=request.headers.get("X-Slack-Retry-Reason"))
-        return await answer_after_ack(self.handle(kind, payload), ACK_WITHIN_S, self.log)
+        return await answer_after_ack(self._take_or_raise(kind, payload), ACK_WITHIN_S, self.log)
+
+    async def _take_or_raise(self, kind: object, payload: object) -> None:
+        if not await self.take(kind, payload):
+            raise asyncio.TimeoutError  # neither stored nor spooled: 503, and Slack retries
 
     # ------------------------------------------------------------ send
 
@@ -285,6 +308,20 @@ class SlackChannel(Channel):
         self.reacted.discard((channel, platform_msg_id))
         await self.sender.call("reactions.remove", {"channel": channel, "timestamp": platform_msg_id,
                                                     "name": WORKING_REACTION})
+
+
+def _event_key(kind: object, payload: object) -> str:
+    """The event's own id, the same in every redelivery (the spool waits for a copy it holds)."""
+    if not isinstance(payload, dict):
+        return ""
+    for field in ("event_id", "trigger_id"):
+        if isinstance(payload.get(field), str):
+            return f"{kind}:{payload[field]}"
+    actions = payload.get("actions")
+    if isinstance(actions, list) and actions and isinstance(actions[0], dict):
+        user = payload.get("user")
+        return f"{kind}:{actions[0].get('action_ts')}:{user.get('id', '') if isinstance(user, dict) else ''}"
+    return ""
 
 
 def _decode(raw: bytes, content_type: str) -> tuple[str | None, dict]:

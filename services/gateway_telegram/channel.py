@@ -1,4 +1,11 @@
-"""One Telegram bot: receives by long polling or webhook, sends through the outbox, shows "typing"."""
+"""One Telegram bot: receives by long polling or webhook, sends through the outbox, shows "typing".
+
+An update is confirmed to Telegram (the next getUpdates' offset, a webhook's 200) only once the writer
+stored it. While the writer's condition lasts (a full disk, a restarting writer) the offset stays where
+it is, however long: Telegram keeps unconfirmed updates for 24 hours, so this gateway needs no spool
+of its own (common/gateway/spool.py). Only an update refused for itself, or a batch failing for a
+reason of its own BATCH_TRIES times, is passed over, kept whole as a dead letter.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +19,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from common.errors import BusTimeout, StarlingError
+from common import holding
+from common.errors import StarlingError
 from common.gateway import attachments
 from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
 from common.gateway.limits import InOrder
@@ -25,7 +33,8 @@ from services.gateway_telegram.api import ApiError, BotApi, NetworkError
 from services.gateway_telegram.outbound import Sender, chat_param
 
 POLL_TIMEOUT_S = 25          # getUpdates long-poll; an update arriving ends it at once
-BATCH_TRIES = 5              # a batch failing for another reason than the writer being away is passed over after this
+BATCH_TRIES = 5              # a batch failing for a reason of its own (never the writer's condition): then dead letters
+HOLD_S = 1.0                 # while the writer's condition lasts, the batch is tried again this often
 WEBHOOK_ACK_S = 20.0         # a webhook request waits this long for the writer's ack, then asks for a retry
 FETCH_WEBHOOK_S = 12.0       # in webhook mode a slow file is described, not waited for (the ack must come first)
 CONFLICT_RETRY_S = (2.0, 60.0)
@@ -142,23 +151,38 @@ class TelegramChannel(Channel):
                 continue
             try:
                 await self.handle_batch(updates)
-            except BusTimeout as exc:  # the writer is away: keep the offset, however long (nothing is lost)
-                self.log.warning("inbound_not_acked", error=str(exc), updates=len(updates))
-                await asyncio.sleep(1.0)
-                continue
-            except Exception as exc:  # refused by the writer, a disk or a read failing: retried a few times
-                self.failures += 1
+            except Exception as exc:
+                if holding.condition(exc):  # the writer's: keep the offset, however long (nothing is lost)
+                    self.log.warning("inbound_not_acked", error=str(exc) or type(exc).__name__, updates=len(updates))
+                    await asyncio.sleep(HOLD_S)
+                    continue
+                self.failures += 1  # a bug on an update: retried a few times
                 if self.failures < BATCH_TRIES:
                     self.log.warning("inbound_failed", error=repr(exc), attempt=self.failures, retry_in_s=self.failures)
                     await asyncio.sleep(self.failures)
                     continue
-                # then passed over, loudly: one poisoned update must not stop the bot for every chat
-                self.log.error("updates_given_up", error=repr(exc), tries=self.failures,
-                               update_ids=[u.get("update_id") for u in updates if isinstance(u, dict)])
+                # then kept whole as dead letters and passed over, loudly: one poisoned update must not
+                # stop the bot for every chat (those of the batch already stored are kept once more)
+                if not await self._dead_letter_batch(updates, exc):
+                    continue
             self.failures = 0
             ids = [u["update_id"] for u in updates if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
             if ids:
                 self.offset = max(ids) + 1  # confirmed on the next getUpdates: only acked updates are passed
+
+    async def _dead_letter_batch(self, updates: list, exc: Exception) -> bool:
+        """Keep every update of the batch as a dead letter; False when they could not be kept (held)."""
+        try:
+            for update in updates:
+                uid = update.get("update_id") if isinstance(update, dict) else None
+                await self.gateway.dead_letters.keep(self, f"tg:{self.id}:u:{uid}" if uid is not None else "",
+                                                     update, f"{type(exc).__name__}: {exc}")
+        except OSError:  # neither the writer nor the file took them: the offset stays
+            await asyncio.sleep(HOLD_S)
+            return False
+        self.log.error("updates_dead_lettered", error=repr(exc), tries=self.failures,
+                       update_ids=[u.get("update_id") for u in updates if isinstance(u, dict)])
+        return True
 
     async def handle_batch(self, updates: list) -> None:
         """Each chat's updates in order, chats side by side; raises if the writer did not ack one."""
@@ -176,8 +200,8 @@ class TelegramChannel(Channel):
                 raise result
 
     async def handle_update(self, update: object) -> str:
-        """One update to the writer. A malformed or unhandled one is logged and skipped (never a stuck
-        offset); only the writer not acking raises."""
+        """One update to the writer, held while the writer's condition lasts. A malformed or unhandled one
+        is logged and skipped (never a stuck offset)."""
         parsed = inbound.parse(update, self.me, self.id)
         if isinstance(parsed, inbound.Skip):
             uid = update.get("update_id") if isinstance(update, dict) else None
@@ -185,7 +209,7 @@ class TelegramChannel(Channel):
             return "skipped"
         parsed.msg.meta["update_id"] = update["update_id"]
         async with self.in_order.hold(parsed.msg.chat):
-            return await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg))
+            return await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg), raw=update)
 
     async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
         """Download the message's files (only once the sender is known to be allowed)."""

@@ -4,6 +4,10 @@ A claim is a lease: renewed while the turn runs, handed back on SIGTERM, taken b
 this one dies. One session's turns run in order, one at a time (the writer only hands out a
 session's oldest unfinished turn). Wake-ups come from the writer's turn events; a poll every second
 covers lost events and expired leases.
+
+Every write of the runner (claims, renewals, a turn's steps and its answer) waits out the writer's
+condition (a full disk, an I/O error, a busy or restarting writer: common/holding.py) and is sent
+again under the same idempotency key: none of them is a reason to drop a turn or to exit.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import sys
 
 import structlog
 
-from common import bus, db, sandbox
+from common import bus, db, holding, sandbox
 from common.errors import StarlingError, WriteRejected
 from common.redact import redact_struct
 from common.runtime import Runtime
@@ -45,7 +49,8 @@ class Runner:
     async def call(self, op: m.WriteOp):
         # Every write of a turn and its tools passes here: what is stored (turns, so the FTS index too,
         # tool results, audit arguments, approvals, outbox) holds no secret value the runner knows.
-        return await self.rt.client.call(redact_struct(op))
+        # Held while the writer's condition lasts; raises only a refusal (lease_lost, ...).
+        return await holding.call(self.rt.client, redact_struct(op), log=self.log)
 
     # ------------------------------------------------------------ models
 

@@ -120,6 +120,8 @@ class Scheduler:
         try:
             accepted = await self._call(m.CronFire(job_id=job.id, scheduled_for=scheduled_for, started_at=now), key)
         except WriteRejected as exc:  # removed or disabled meanwhile
+            if exc.writer_condition:  # a full disk, say: the pass ends and is tried again soon
+                raise
             self.log.info("cron_fire_refused", job=job.name, scheduled_for=scheduled_for, error=str(exc))
             return False
         self.log.info("cron_fired", job=job.name, scheduled_for=cron.local_iso(scheduled_for, job.tz),
@@ -134,6 +136,8 @@ class Scheduler:
             try:
                 await self._call(m.CronSkip(job_id=job.id, scheduled_for=chunk, reason=reason, at=now), key)
             except WriteRejected as exc:
+                if exc.writer_condition:
+                    raise
                 self.log.info("cron_skip_refused", job=job.name, error=str(exc))
                 return
         self.log.info("cron_skipped", job=job.name, count=len(times), first=cron.local_iso(times[0], job.tz),
@@ -146,6 +150,8 @@ class Scheduler:
         try:
             ended = await self._call(op)
         except WriteRejected as exc:
+            if exc.writer_condition:
+                raise
             self.log.info("cron_run_end_refused", job=run.job, run_id=run.id, error=str(exc))
             return
         self.log.info("cron_run_ended", job=run.job, run_id=run.id, outcome=ended.outcome, turn_id=run.turn_id,
