@@ -249,6 +249,16 @@ class McpServer(_Section, kw_only=True):
         return self.tools.get(tool, self.approval)
 
 
+class Transcription(_Section, kw_only=True):
+    """Voice notes to text through an OpenAI-compatible ``POST {base_url}/audio/transcriptions``."""
+
+    provider: Annotated[str, Meta(pattern=r"^$|" + ID_PATTERN)] = ""  # a [providers.<name>]: base_url, api_key
+    model: Annotated[str, Meta(min_length=1)] = "whisper-1"
+    language: Annotated[str, Meta(pattern=r"^$|^[a-z]{2}$")] = ""  # ISO-639-1; "": the service detects it
+    timeout_s: Annotated[float, Meta(gt=0, le=900)] = 120.0
+    max_mb: Annotated[float, Meta(gt=0, le=25)] = 25.0  # the API's own limit is 25 MB
+
+
 class Scheduler(_Section, kw_only=True):
     poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
     max_consecutive_failures: Annotated[int, Meta(ge=0, le=1000)] = 3  # then the job is disabled; 0: never
@@ -321,6 +331,7 @@ class Config(_Section, kw_only=True):
     providers: dict[Ident, Provider] = field(default_factory=_default_providers)
     gateways: Gateways = field(default_factory=Gateways)
     tools: Tools = field(default_factory=Tools)
+    transcription: Transcription = field(default_factory=Transcription)
     scheduler: Scheduler = field(default_factory=Scheduler)
     retention: Retention = field(default_factory=Retention)
     session_memory: SessionMemory = field(default_factory=SessionMemory)
@@ -331,6 +342,12 @@ class Config(_Section, kw_only=True):
     mcp: dict[Ident, McpServer] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        name = self.transcription.provider
+        if name and name not in self.providers:
+            raise _FieldError("transcription.provider", f"no [providers.{name}]; expected one of: {', '.join(self.providers)}")
+        if name and self.providers[name].kind != "openai":
+            raise _FieldError("transcription.provider", f"[providers.{name}] is kind {self.providers[name].kind!r};"
+                              " transcription needs an OpenAI-compatible one (kind = \"openai\")")
         if self.health.alert_to:
             instance, sep, chat = self.health.alert_to.partition(":")
             if not sep or not chat:
@@ -668,6 +685,13 @@ read_paths = []                # more absolute folders commands may read (the sy
 # trust_hints = false            # true: a tool the server marks read-only runs without asking
 # timeout_s = 60                 # one tool call
 # start_timeout_s = 30           # starting the server and the handshake
+
+[transcription]                # voice notes to text before the turn: any OpenAI-compatible /audio/transcriptions
+provider = ""                  # a [providers.<name>] (its base_url and api_key); "" = off
+model = "whisper-1"            # whisper-1, gpt-4o-transcribe, whisper-large-v3 (Groq), ...
+language = ""                  # ISO-639-1 ("en", "de"); "" = detected
+timeout_s = 120.0
+max_mb = 25.0                  # longer recordings are not sent (the API refuses over 25 MB)
 
 [scheduler]
 poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups

@@ -95,6 +95,15 @@ class FinishTurn(Msg):
     meta: str = "{}"
 
 
+class SetTurnText(Msg):
+    """The runner holding a user turn's lease rewrites its text: a voice note's line becomes its transcript
+    (or says why not). Answered ``Done``; ``lease_lost`` unless ``worker`` holds the turn."""
+
+    turn_id: Int
+    worker: str
+    content: str
+
+
 class ReleaseTurn(Msg):
     """A runner hands a claimed turn back untouched (shutdown): another runner takes it at once."""
 
@@ -453,6 +462,7 @@ WriteOp = (
     | AppendTurn
     | FinishTurn
     | ReleaseTurn
+    | SetTurnText
     | EnqueueOutbox
     | ClaimOutbox
     | OutboxSent

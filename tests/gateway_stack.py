@@ -50,6 +50,7 @@ class GatewayStack:
             self.fake_model = FakeModelsProcess(home.root / "fake-model").start()
             self.fake = self.start_fake(home.root, **fake)
             gateway_text, secrets = self.gateway_config(gateway)
+            extra = extra.replace("{MODEL_URL}", self.fake_model.url)  # a second provider on the same fake
             self.home = make_home(base_config(self.fake_model.openai_url) + gateway_text + extra, root=home.root)
             set_secret(self.home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
             for name, value in secrets.items():

@@ -56,6 +56,10 @@ PARK = (
     "UPDATE turns SET state = 'waiting', lease_owner = NULL, lease_until = NULL"
     " WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
 )
+# a voice note's transcript takes the place of its line: only the runner holding the turn may rewrite it
+SET_USER_TEXT = (
+    "UPDATE turns SET content = ? WHERE id = ? AND role = 'user' AND state = 'claimed' AND lease_owner = ?"
+)
 UNPARK = "UPDATE turns SET state = 'pending', attempts = 0 WHERE id = ? AND state = 'waiting'"
 SESSION_OF = "SELECT session_id FROM turns WHERE id = ?"
 HELD = "SELECT session_id FROM turns WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
@@ -75,7 +79,7 @@ HISTORY = (
     " FROM turns WHERE session_id = ? AND id <= ? ORDER BY id DESC LIMIT ?"
 )
 CONVERSATION = (
-    "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at FROM turns"
+    "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at, attachments FROM turns"
     " WHERE session_id = ? AND coalesce(parent_id, id) <= ? AND coalesce(parent_id, id) > ?"
     " ORDER BY coalesce(parent_id, id) DESC, id DESC LIMIT ?"
 )
@@ -107,6 +111,7 @@ class Turn(NamedTuple):
     error: str
     meta: str
     created_at: float
+    attachments: str = "[]"  # JSON list of paths (read by ``conversation`` only)
 
 
 class Claim(NamedTuple):
@@ -235,6 +240,12 @@ def conversation(conn: apsw.Connection, session_id: int, up_to_turn: int, after_
     compaction summary covers those up to it), the last ``limit`` of them, oldest first."""
     rows = conn.execute(CONVERSATION, (session_id, up_to_turn, after_id, limit)).fetchall()
     return [Turn(*row) for row in reversed(rows)]
+
+
+def set_user_text(conn: apsw.Connection, turn_id: int, worker: str, content: str) -> bool:
+    """Rewrite a claimed user turn's text (the FTS index follows by trigger); False unless ``worker`` holds it."""
+    conn.execute(SET_USER_TEXT, (content, turn_id, worker))
+    return conn.changes() > 0
 
 
 def count_in_session(conn: apsw.Connection, session_id: int) -> int:

@@ -19,7 +19,7 @@ from common.db import read_tx
 from common.errors import StarlingError, WriteRejected
 from common.stores import approval_store, session_store, turn_store
 from schema import messages as m
-from services.runner import commands, conversation, media
+from services.runner import commands, conversation, media, transcribe
 from services.runner.llm import Message, ModelReply, ProviderError, ToolCall, ToolSpec
 from services.runner.persona import Persona
 from services.runner.providers.pricing import cost_usd
@@ -86,7 +86,7 @@ class TurnWork:
         persona: Persona = self.runner.personas.get(claim.agent)
         provider = self.runner.provider_for(persona)
         summary, messages, approval = self._load(persona)
-        messages = await self._inbound_files(persona, provider, messages)
+        messages = await self._inbound_files(persona, provider, await self._hear(messages))
         system = persona.system_prompt(summary, channel=claim.instance)
         system, messages = await self._maybe_compact(provider, persona, system, summary, messages)
         tools = registry.specs_for(persona.settings.tools) + ([SKILL_TOOL] if persona.skills else [])
@@ -125,6 +125,18 @@ class TurnWork:
             approval = approval_store.for_turn(conn, claim.turn_id)
         messages, self._message_turn_ids = conversation.to_messages(turns)
         return summary, messages, approval
+
+    async def _hear(self, messages: list[Message]) -> list[Message]:
+        """The claimed turn's voice notes as text, stored in place of their lines (transcribe.py)."""
+        for index, turn_id in enumerate(self._message_turn_ids):
+            if turn_id != self.claim.turn_id or messages[index].role != "user":
+                continue
+            text = await transcribe.hear(messages[index], self.runner.cfg, self.runner.paths.secrets_file,
+                                         self.runner.paths.attachments_dir / self.claim.agent, self.log)
+            if text is not None:
+                await self.call(m.SetTurnText(turn_id=self.claim.turn_id, worker=self.worker, content=text))
+                messages[index] = transcribe.replace_text(messages[index], text)
+        return messages
 
     async def _inbound_files(self, persona: Persona, provider, messages: list[Message]) -> list[Message]:
         """The person's files as the model gets them: images as image parts (vision), documents inlined,

@@ -60,6 +60,10 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             return m.Stored(id=turn_id)
         case m.FinishTurn():
             return _finish(conn, op, now, events)
+        case m.SetTurnText():
+            if not turn_store.set_user_text(conn, op.turn_id, op.worker, op.content):
+                raise Rejected("lease_lost", f"user turn {op.turn_id} is not held by {op.worker}")
+            return m.Done()
         case m.ReleaseTurn():
             session_id = turn_store.session_of(conn, op.turn_id)
             if session_id is None or not turn_store.release(conn, op.turn_id, op.worker):
