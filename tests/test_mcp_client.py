@@ -388,3 +388,20 @@ def _server_pids(runner_pid: int) -> list[int]:
                     if int(stat[1]) == runner_pid:
                         out.append(int(entry))
     return out
+
+
+def test_doctor_starts_each_server_and_names_the_ones_that_fail():
+    from common.cli import doctor_cmd
+    from common.personas import create_pack
+
+    config = stdio_config() + '[mcp.broken]\ncommand = "/bin/false"\n'
+    with home_with(config) as home:
+        create_pack(home.paths, "default")
+        settings = home.paths.agents_dir / "default" / "config.toml"
+        settings.write_text(settings.read_text().replace("mcp = []", 'mcp = ["t", "broken", "ghost"]'))
+        found = {c.reason.split(":")[0]: c for c in doctor_cmd.run_checks(home.root) if c.name == "mcp"}
+    assert ("ok", "fail") == (found["t"].status, found["broken"].status)
+    assert "11 tools (confined stdio, as agent default): t__echo" in found["t"].reason
+    assert "exited with status 1" in found["broken"].reason
+    [ghost] = [c for c in found.values() if "'ghost'" in c.reason]
+    assert "fail" == ghost.status and "does not define" in ghost.reason

@@ -388,6 +388,37 @@ def check_control_port(cfg: Config, paths: Paths) -> Check:
     return Check("control port", OK, f"{listen} is free")
 
 
+def check_mcp(cfg: Config, paths: Paths) -> list[Check]:
+    """Each [mcp.<name>] server started (confined) or reached, and its tools listed, as for the first agent that
+    lists it (common/mcp_client.py); an agent that lists a server config.toml lacks fails. None: no lines."""
+    users: dict[str, list[str]] = {}
+    checks = []
+    for pack in personas.list_packs(paths):
+        try:
+            wanted = personas.load_settings(pack.path).mcp
+        except StarlingError:
+            continue  # the agents check names a broken pack
+        for name in wanted:
+            if name in cfg.mcp:
+                users.setdefault(name, []).append(pack.id)
+            else:
+                checks.append(Check("mcp", FAIL, f"agent {pack.id!r} lists MCP server {name!r}, which config.toml"
+                                                 f" does not define (add [mcp.{name}])"))
+    if not cfg.mcp:
+        return checks
+    from common import mcp_client  # the SDK: imported only when servers are configured
+
+    async def all_servers():
+        return await asyncio.gather(*(mcp_client.check(paths, cfg, name, users.get(name, ["default"])[0])
+                                      for name in cfg.mcp))
+
+    for name, (ok, reason) in zip(cfg.mcp, asyncio.run(all_servers())):
+        status = (OK if name in users else WARN) if ok else FAIL
+        unused = "" if name in users else "; no agent lists it (mcp = [...] in an agent's config.toml)"
+        checks.append(Check("mcp", status, f"{name}: {reason}{unused}"))
+    return checks
+
+
 def check_deep(cfg: Config, paths: Paths) -> list[Check]:
     """One live call to each model provider and each gateway's API (common/probes.py)."""
     found = asyncio.run(probes.probe_all(cfg, paths.secrets_file, paths.whatsapp_dir))
@@ -413,6 +444,7 @@ def run_checks(home: Path, deep: bool = False) -> list[Check]:
     checks.append(check_sandbox(cfg))
     checks.append(check_control(cfg))
     checks.append(check_control_port(cfg, paths))
+    checks += check_mcp(cfg, paths)
     checks += check_services(cfg, paths)
     if deep:
         checks += check_deep(cfg, paths)

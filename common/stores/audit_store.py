@@ -56,3 +56,25 @@ def usage_for_session(conn: apsw.Connection, session_id: int) -> tuple[int, int,
     """(input tokens, output tokens, cost in USD) of every model call in the session."""
     row = conn.execute(USAGE_FOR_SESSION, (session_id,)).fetchone()
     return int(row[0]), int(row[1]), float(row[2])
+
+
+USAGE_TOTALS = (
+    "SELECT agent, provider, model, count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
+    " coalesce(sum(cost_usd), 0) FROM usage WHERE created_at >= ? AND (? = '' OR agent = ?)"
+    " GROUP BY agent, provider, model ORDER BY agent, provider, model"
+)
+
+
+class UsageTotal(NamedTuple):
+    agent: str
+    provider: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+def usage_totals(conn: apsw.Connection, since: float, agent: str = "") -> list[UsageTotal]:
+    """Model calls, tokens and cost since ``since``, per agent, provider and model ("" agent: every agent)."""
+    return [UsageTotal(*row) for row in conn.execute(USAGE_TOTALS, (since, agent, agent))]

@@ -110,3 +110,15 @@ def recent_with_turns(conn: apsw.Connection, limit: int = 50) -> list[tuple[Sess
 
 def turn_count(conn: apsw.Connection, session_id: int) -> int:
     return int(conn.execute(TURN_COUNT, (session_id,)).fetchall()[0][0])
+
+
+LIST_RECENT_FOR_AGENT_WITH_TURNS = (
+    "SELECT s.id, s.agent, s.instance, s.chat, s.title, s.summary, s.state, s.created_at, s.last_active_at,"
+    " s.closed_at, (SELECT count(*) FROM turns t WHERE t.session_id = s.id)"
+    " FROM sessions s WHERE s.agent = ? ORDER BY s.last_active_at DESC, s.id DESC LIMIT ?"
+)
+
+
+def recent_for_agent_with_turns(conn: apsw.Connection, agent: str, limit: int = 50) -> list[tuple[Session, int]]:
+    """One agent's most recently active sessions, each with its number of turns (the MCP server's sessions_list)."""
+    return [(Session(*row[:10]), int(row[10])) for row in conn.execute(LIST_RECENT_FOR_AGENT_WITH_TURNS, (agent, limit))]

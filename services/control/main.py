@@ -3,6 +3,7 @@
 `/health` and `/livez` need no token (a monitor must reach them), and without it `/health` says only
 the status and each check's status; with the token, the whole report. Everything under `/api/` needs
 `Authorization: Bearer <data/.control-token>`, compared in constant time; without it: 401, no more.
+`/mcp` is Starling's read-only MCP server over Streamable HTTP (mcp_http.py), behind the same token.
 A change of health into degraded or down is an alert: a warning log line, and a message to
 `[health] alert_to` when it is set.
 """
@@ -26,6 +27,7 @@ from common.service import Service, boot
 from common.stores import beat_store
 from common.supervisor import Supervisor
 from schema import messages as m
+from services.control.mcp_http import McpEndpoint
 
 ALERT_TIMEOUT_S = 120.0
 MIN_TOKEN_BYTES = 16
@@ -44,6 +46,7 @@ class Control:
         # no alert in that first window
         self.grace_s = health.STALE_AFTER_BEATS * svc.cfg.health.heartbeat_interval_ms / 1000
         self.supervisor = Supervisor(svc.paths)
+        self.mcp = McpEndpoint(svc.paths, svc.cfg, svc.log)  # /mcp: the read-only MCP server
         self.alerts: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------ health
@@ -112,7 +115,8 @@ class Control:
 
     @web.middleware
     async def guard(self, request: web.Request, handler):
-        if request.path.startswith("/api/") and not self.authorised(request):
+        guarded = request.path.startswith("/api/") or request.path == "/mcp" or request.path.startswith("/mcp/")
+        if guarded and not self.authorised(request):
             return web.json_response({"error": "unauthorized"}, status=401)
         return await handler(request)
 
@@ -141,6 +145,7 @@ class Control:
         app.router.add_get("/livez", self.livez)
         app.router.add_get("/health", self.health_endpoint)
         app.router.add_get("/api/status", self.api_status)
+        app.router.add_route("*", "/mcp", self.mcp.handle)
         return app
 
 
@@ -163,6 +168,7 @@ async def serve(rt: Runtime) -> None:
     finally:
         server.close()
         await runner.cleanup()
+        await control.mcp.close()
 
 
 def main(argv: list[str] | None = None) -> int:
