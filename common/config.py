@@ -588,7 +588,7 @@ agents_dir = "agents"          # persona packs, one folder per agent id
 workspace_dir = "workspace"    # agents' working directories (shared/ and private/<id>/)
 
 [control]
-listen = "127.0.0.1:7820"      # host:port of /health and the control API
+listen = "127.0.0.1:7820"      # host:port of /health and the control API (`starling init` picks a free port)
 allow_remote = false           # a non-loopback listen is refused unless this is true
 
 [runner]

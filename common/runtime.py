@@ -18,8 +18,10 @@ import time
 from typing import Awaitable, Callable
 
 from common import bus, holding, identity
+from common.config import Config, load_config
 from common.errors import StarlingError, WriteRejected
 from common.health import STALE_AFTER_BEATS
+from common.reload_plan import changed_keys
 from common.service import Service, notify_systemd, watchdog_interval_s
 from schema import messages as m
 
@@ -48,6 +50,7 @@ class Runtime:
         self.identity = identity.this_process(svc.name)  # identity.worker owns every lease this process takes
         self.enlisted: m.Enlisted | None = None
         self._enlisted = asyncio.Event()
+        self.reload_hooks: list[Callable[[Config], None]] = []  # called with the new config on SIGHUP
         self.client = bus.WriterClient(
             svc.endpoints.writer, svc.key, name=svc.name, timeout_s=svc.cfg.bus.request_timeout_ms / 1000,
             window=svc.cfg.bus.window, heartbeat_ms=svc.cfg.bus.heartbeat_ivl_ms, deadline_s=3600,
@@ -142,6 +145,9 @@ class Runtime:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
+        loop.add_signal_handler(signal.SIGHUP, self.reload_config)
+        if self.svc.hangup.is_set():  # SIGHUP came while the service was starting
+            loop.call_soon(self.reload_config)
         self._ready = asyncio.Event()
         if self.svc.stopping.is_set():  # SIGTERM came before the handlers above were in place
             self.stop_event.set()
@@ -178,6 +184,24 @@ class Runtime:
     async def _announce_then_idle(self, state: str, detail: str) -> None:
         await self.announce_ready(state, detail)
         await asyncio.Event().wait()
+
+    def reload_config(self) -> None:
+        """SIGHUP (`starling reload`): read config.toml again. ``svc.cfg`` becomes the new config, so what
+        the service reads from it at use changes in place, and the reload hooks apply the rest they can
+        (common/reload_plan.py says which keys); a file that does not load keeps the old config."""
+        self.svc.hangup.clear()
+        try:
+            cfg = load_config(self.svc.paths.config_file)
+        except StarlingError as exc:
+            self.log.error("config_reload_failed", error=str(exc), note="the config loaded at start stays")
+            return
+        old, self.svc.cfg = self.svc.cfg, cfg
+        for hook in self.reload_hooks:
+            try:
+                hook(cfg)
+            except Exception as exc:  # noqa: BLE001 - a hook's failure is logged, the service goes on
+                self.log.error("config_reload_failed", error=str(exc) or repr(exc), kind=type(exc).__name__)
+        self.log.info("config_reloaded", changed=changed_keys(old, cfg))
 
     def _on_signal(self, signum: int) -> None:
         self.request_stop(f"signal {signal.Signals(signum).name}")

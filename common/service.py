@@ -8,8 +8,8 @@ import signal
 import socket
 import sys
 import threading
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from common import bus
 from common.config import Config, load_config
@@ -28,14 +28,21 @@ class Service:
     key: bytes
     endpoints: bus.Endpoints
     stopping: threading.Event
+    args: argparse.Namespace | None = None  # the command line, with the options a service added to boot's
+    # SIGHUP before the service's Runtime took the signal over: the Runtime re-reads the config at its start
+    hangup: threading.Event = field(default_factory=threading.Event)
 
 
-def boot(name: str, argv: list[str] | None = None, description: str = "") -> Service:
-    """Parse ``--home``, load and check the config, create the layout; exit 1 with a clear line on error."""
+def boot(name: str, argv: list[str] | None = None, description: str = "",
+         add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> Service:
+    """Parse ``--home`` (and the options ``add_arguments`` adds, so ``--help`` shows them), load and check
+    the config, create the layout; exit 1 with a clear line on error."""
     parser = argparse.ArgumentParser(prog=f"starling-{name}", description=description)
     parser.add_argument("--home", help="Starling home (default: $STARLING_HOME or ./.starling)")
     parser.add_argument("--name", help="this process's name in status and logs (default: supervisord's"
                         " process name, else the service's)")
+    if add_arguments is not None:
+        add_arguments(parser)
     args = parser.parse_args(argv)
     os.umask(0o077)  # every file a service creates is private to its user, whatever umask it was given
     name = args.name or os.environ.get("SUPERVISOR_PROCESS_NAME") or name
@@ -62,7 +69,9 @@ def boot(name: str, argv: list[str] | None = None, description: str = "") -> Ser
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return Service(name, paths, cfg, log, key, endpoints, stopping)
+    svc = Service(name, paths, cfg, log, key, endpoints, stopping, args)
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: svc.hangup.set())  # `starling reload`; never fatal
+    return svc
 
 
 def notify_systemd(state: str) -> None:

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ VERIFIED = (
     [f"starling-{name}.service" for name in SINGLETONS]
     + ["starling-runner@0.service", "starling-runner@1.service"]
     + [f"starling-gateway@{platform}.service" for platform in PLATFORMS]
+    + ["starling-gateway@telegram-main.service"]  # a gateway process of its own (process = "main")
     + ["starling.target"]
 )
 USER = pwd.getpwuid(os.getuid()).pw_name
@@ -190,20 +192,47 @@ def test_target_wants_every_singleton_and_runners_gateways_hook_in_when_enabled(
         assert value(units[f"starling-{template}@.service"], "Install", "WantedBy") == "starling.target"
 
 
+def systemd_unescape(text: str, instance: str) -> str:
+    """What systemd makes of an ExecStart line: %i is the instance, %% a %, $$ a $ (no other is used)."""
+    out, i = [], 0
+    while i < len(text):
+        pair = text[i:i + 2]
+        if pair in ("%%", "$$"):
+            out.append(pair[0])
+            i += 2
+        elif pair == "%i":
+            out.append(instance)
+            i += 2
+        else:
+            assert text[i] not in "%$" or pair[1:] in ("{", ""), f"an unescaped {text[i]!r} in {text!r}"
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def exec_start(unit: dict, instance: str) -> tuple[list[str], str]:
-    """The Python command line and the log file of a unit's ExecStart, %i filled in."""
-    argv = shlex.split(value(unit, "Service", "ExecStart").replace("%i", instance))
-    assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3, argv
-    inner = shlex.split(argv[2])
-    assert inner[0] == "exec", "the shell must exec Python, so the main pid is Python's (READY=1, watchdog)"
-    assert inner[-1] == "2>&1" and inner[-2].startswith(">>"), inner
-    return inner[1:-2], inner[-2][2:]
+    """The Python command line and the log file of a unit's ExecStart for an instance, as the shell runs
+    it: the script is run by sh with its ``exec`` replaced by a function that reports its arguments and
+    where its stdout goes (the log file, which the redirection creates)."""
+    argv = shlex.split(systemd_unescape(value(unit, "Service", "ExecStart"), instance))
+    assert argv[:2] == ["/bin/sh", "-c"], argv
+    script = argv[2]
+    assert script.startswith("exec "), "the shell must exec Python, so the main pid is Python's (READY=1, watchdog)"
+    assert script.rstrip().endswith("2>&1"), script
+    with tempfile.TemporaryDirectory() as tmp:
+        report = ('report() { printf "%s\\0" "$@" >"$REPORT/args"; log=$(readlink "/proc/$$/fd/1");'
+                  ' printf "%s" "$log" >"$REPORT/log"; }; report ')
+        subprocess.run(["/bin/sh", "-c", report + script.removeprefix("exec "), *argv[3:]], env={"REPORT": tmp},
+                       stdin=subprocess.DEVNULL, timeout=10, check=True)
+        command = Path(tmp, "args").read_text().split("\0")[:-1]
+        log = Path(tmp, "log").read_text().strip()
+    return command, log
 
 
 @pytest.mark.parametrize("name, instances", [
     *[(f"starling-{name}.service", [""]) for name in SINGLETONS],
     ("starling-runner@.service", ["0", "7"]),
-    ("starling-gateway@.service", list(PLATFORMS)),
+    ("starling-gateway@.service", [*PLATFORMS, "telegram-main", "slack-team-2"]),
 ])
 def test_exec_start_runs_an_existing_module_and_logs_like_supervisord(units, rendered, name, instances):
     _, home = rendered
@@ -215,15 +244,17 @@ def test_exec_start_runs_an_existing_module_and_logs_like_supervisord(units, ren
         assert importlib.util.find_spec(module) is not None, module
         assert args[:2] == ["--home", str(home)]
         process = name.removeprefix("starling-").removesuffix(".service").replace("@", f"-{instance}")
-        if instance:  # supervisord's process names: runner-N, gateway-<platform>
+        if instance:  # supervisord's process names: runner-N, gateway-<platform>, gateway-<platform>-<NAME>
             assert args[2:] == ["--name", process]
-        assert module == {"runner": "services.runner", "gateway": f"services.gateway_{instance}"}.get(
+        platform = instance.split("-")[0]
+        assert module == {"runner": "services.runner", "gateway": f"services.gateway_{platform}"}.get(
             process.split("-")[0], f"services.{process}")
         assert log == str(home / "data" / "logs" / f"{process}.log")
 
 
 def test_data_dir_outside_the_home_is_writable_and_holds_the_logs(tmp_path):
     home, data = tmp_path / "home", tmp_path / "disk" / "data"
+    (data / "logs").mkdir(parents=True)  # exec_start runs the shell line, which opens the log there
     result = install(*render_args(tmp_path / "units", home, "--data", str(data)))
     assert result.returncode == 0, result.stderr
     unit = parse_unit((tmp_path / "units" / "starling-runner@.service").read_text())

@@ -97,7 +97,7 @@ def test_status_doctor_and_the_waiting_services_give_the_writers_reason(home, ca
     proc.stop()
     reason = db.refusal(home.paths.db_file)
     capsys.readouterr()
-    assert 0 == cli.main(["--home", str(home.root), "status", "--json"])
+    assert 3 == cli.main(["--home", str(home.root), "status", "--json"])  # 3: an expected service is not running
     status = json.loads(capsys.readouterr().out)
     writer = next(s for s in status["services"] if s["service"] == "writer")
     assert ("REFUSED", reason, reason) == (writer["state"], writer["detail"], status["refused"])

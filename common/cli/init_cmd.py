@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from common import personas
+from common import personas, ports, registry
 from common.cli import output
+from common.cli.context import shown
 from common.config import default_config_text, load_config
+from common.errors import StarlingError
 from common.home import DIR_MODE, ensure_layout, ensure_token_file, paths_for, resolve_home, write_private_file
 
 DEFAULT_AGENT = "default"
@@ -27,14 +29,19 @@ def cmd_init(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
     created: list[str] = []
     kept: list[str] = []
+    if home.exists() and not home.is_dir():
+        raise StarlingError(f"--home {shown(home)} is a file; a Starling home is a folder (give another path)")
     home.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     config_file = home / "config.toml"
     existed = config_file.exists()
     if existed and not args.force:
         kept.append(f"{config_file} (exists; --force replaces it with the defaults)")
     else:
-        write_private_file(config_file, default_config_text().encode())
-        created.append(f"{config_file}" + (" (replaced with the defaults)" if existed else ""))
+        port = _control_port()
+        write_private_file(config_file, default_config_text().replace(
+            f'listen = "127.0.0.1:{ports.FIRST_CONTROL_PORT}"', f'listen = "127.0.0.1:{port}"', 1).encode())
+        created.append(f"{config_file}" + (" (replaced with the defaults)" if existed else "")
+                       + f" (control on 127.0.0.1:{port})")
     cfg = load_config(config_file)  # an existing config that is invalid stops here, naming key and reason
     paths = paths_for(home, cfg)
     missing = [folder for folder in paths.layout() if not folder.exists()]
@@ -71,3 +78,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     for command, why in steps:
         print(f"  starling{home_flag} {command.ljust(width)}   # {why}")
     return 0
+
+
+def _control_port() -> int:
+    """The first free port from 7820, skipping those of the homes running here (each home has its own)."""
+    taken = set()
+    for entry in registry.running():
+        port = entry.control.rpartition(":")[2]
+        if port.isdigit():
+            taken.add(int(port))
+    return ports.free_control_port(taken=taken)

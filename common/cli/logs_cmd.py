@@ -1,4 +1,5 @@
-"""`starling logs SERVICE [-f] [-n N]`: a service's JSON log lines rendered for people, followed across rotation."""
+"""`starling logs [SERVICE] [-f] [-n N] [--since T] [--level L]`: services' JSON log lines rendered for people,
+merged by time (every service's when none is named), filtered by time and level, followed across rotation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -27,15 +28,63 @@ Emit = Callable[[str, str], None]  # (file stem, raw line)
 
 def register(verbs) -> None:
     logs = verbs.add_parser(
-        "logs", help="show a service's log (data/logs/SERVICE.log), optionally following it",
+        "logs", help="show services' logs (data/logs/*.log) merged by time, optionally following them",
         description="SERVICE is a log's name (writer, runner-0, ...) or a group prefix: `runner` merges "
-                    "runner-0, runner-1, ... by time.",
+                    "runner-0, runner-1, ... by time; with none, every service's log (not supervisord's own). "
+                    "--since and --level read the whole files, rotated ones too.",
     )
-    logs.add_argument("service", metavar="SERVICE", help="a service name, or a prefix such as runner or gateway")
+    logs.add_argument("service", metavar="SERVICE", nargs="?", help="a service name, or a prefix such as runner or"
+                      " gateway (default: every service)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
-    logs.add_argument("-n", "--lines", type=_count, default=50, metavar="N", help="show the last N lines (50)")
+    logs.add_argument("-n", "--lines", type=_count, default=None, metavar="N",
+                      help="show the last N lines (default 50; with --since, every line since)")
+    logs.add_argument("--since", type=_since, metavar="T", help="lines from this time on: 30s, 10m, 2h, 1d ago, or a"
+                      " local date and time such as 2026-12-01T09:00 (or a date)")
+    logs.add_argument("--level", type=_level, metavar="L", help="lines at this level or above: debug, info, warning,"
+                      " error, critical")
     logs.add_argument("--json", action="store_true", help="print the raw JSON lines")
     logs.set_defaults(func=cmd_logs)
+
+
+LEVELS = {"debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40, "exception": 40, "critical": 50,
+          "crit": 50, "fatal": 50}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _since(text: str) -> str:
+    """The ISO UTC time (as the log lines write ``ts``) that --since names."""
+    number, unit = text[:-1], text[-1:].lower()
+    if unit in _UNITS and number.replace(".", "", 1).isdigit():
+        moment = datetime.now(timezone.utc) - timedelta(seconds=float(number) * _UNITS[unit])
+    else:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected 30s, 10m, 2h, 1d or a date and time, got {text!r}") from None
+        moment = moment.astimezone(timezone.utc)  # a naive time is local
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _level(text: str) -> int:
+    try:
+        return LEVELS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected debug, info, warning, error or critical, got {text!r}") from None
+
+
+def keeps(raw: str, since: str | None, level: int | None) -> bool:
+    """Whether a line passes --since and --level (a line that is not a JSON object with ts and level does not)."""
+    if since is None and level is None:
+        return True
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return False
+    if not isinstance(event, dict):
+        return False
+    if since is not None and not (isinstance(event.get("ts"), str) and event["ts"] >= since):
+        return False
+    return level is None or LEVELS.get(str(event.get("level", "")).lower(), 0) >= level
 
 
 def _count(text: str) -> int:
@@ -56,6 +105,34 @@ def available(logs_dir: Path) -> list[str]:
     if not logs_dir.is_dir():
         return []
     return sorted(p.stem for p in logs_dir.glob("*.log") if p.is_file())
+
+
+def service_logs(logs_dir: Path) -> list[Path]:
+    """Every service's current log (supervisord's own, not a service's, is left out)."""
+    return [logs_dir / f"{name}.log" for name in available(logs_dir) if name != "supervisord"]
+
+
+def with_rotated(path: Path) -> list[Path]:
+    """A log and its rotated backups, oldest first (supervisord: NAME.log.1 is the newest backup)."""
+    backups = []
+    n = 1
+    while (candidate := path.with_name(f"{path.name}.{n}")).is_file():
+        backups.append(candidate)
+        n += 1
+    return [*reversed(backups), path]
+
+
+def filtered(files: list[Path], n: int | None, since: str | None, level: int | None) -> list[tuple[str, str]]:
+    """Every line of the files (rotated ones too) that passes the filters, merged by ts; the last n."""
+    keyed = []
+    for index, path in enumerate(files):
+        for seq, line in enumerate(line for part in with_rotated(path)
+                                   for line in part.read_text(errors="replace").splitlines()):
+            if keeps(line, since, level):
+                keyed.append((_sort_key(line), index, seq, path.stem, line))
+    keyed.sort(key=lambda item: (item[0], item[1], item[2]))
+    chosen = keyed if n is None else keyed[-n:] if n else []
+    return [(stem, line) for _, _, _, stem, line in chosen]
 
 
 def log_files(logs_dir: Path, service: str) -> list[Path]:
@@ -295,25 +372,39 @@ def follow(
 def cmd_logs(args: argparse.Namespace) -> int:
     ctx = Context.from_args(args)
     logs_dir = ctx.paths.logs_dir
-    files = log_files(logs_dir, args.service)
+    if args.service:
+        def find() -> list[Path]:
+            return log_files(logs_dir, args.service)
+    else:
+        def find() -> list[Path]:
+            return service_logs(logs_dir)
+    files = find()
     if not files:
         names = available(logs_dir)
         listing = f"available: {', '.join(names)}" if names else "no logs yet (they appear once `starling up` ran)"
-        raise StarlingError(f"no log for {args.service!r} in {logs_dir}; {listing}")
+        raise StarlingError(f"no log for {args.service!r} in {logs_dir}; {listing}" if args.service
+                            else f"no service log in {logs_dir}; {listing}")
     colour = output.use_colour()
+    filtering = args.since is not None or args.level is not None
 
     def emit(stem: str, line: str) -> None:
-        print(line if args.json else render(line, stem, colour), flush=args.follow)
+        if keeps(line, args.since, args.level):
+            print(line if args.json else render(line, stem, colour), flush=args.follow)
 
     try:
         # open before reading the tail, so that nothing written in between is missed or repeated
         tracked = {path: Tracked(path, from_start=False) for path in files} if args.follow else {}
         ends = {path: tr.position for path, tr in tracked.items()}
-        for stem, line in merged_tail(files, args.lines, ends):
+        if filtering:
+            lines = args.lines if args.lines is not None else (None if args.since else 50)
+            shown = filtered(files, lines, args.since, args.level)
+        else:
+            shown = merged_tail(files, 50 if args.lines is None else args.lines, ends)
+        for stem, line in shown:
             emit(stem, line)
         if args.follow:
-            single = len(files) == 1 and files[0].stem == args.service.removesuffix(".log")
-            follow(lambda: files if single else log_files(logs_dir, args.service), emit, tracked=tracked)
+            single = bool(args.service) and len(files) == 1 and files[0].stem == args.service.removesuffix(".log")
+            follow(lambda: files if single else find(), emit, tracked=tracked)
     except KeyboardInterrupt:
         return 0
     except BrokenPipeError:  # `starling logs writer | head`: stop quietly, also at interpreter exit

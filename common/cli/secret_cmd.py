@@ -1,8 +1,9 @@
-"""`starling secret [set NAME | rm NAME]`: secret names, where they resolve, and who uses them; never a value."""
+"""`starling secret [list | set NAME | rm NAME]`: secret names, where they resolve, and who uses them; never a value."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import sys
 
@@ -25,11 +26,15 @@ def register(verbs) -> None:
     secret.add_argument("--json", action="store_true", help="print JSON for scripts")
     secret.set_defaults(func=cmd_list)
     actions = secret.add_subparsers(dest="action", metavar="ACTION")
+    listing = actions.add_parser("list", help="the same listing as `starling secret`: names, where set, used by")
+    listing.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
+    listing.set_defaults(func=cmd_list)
     put = actions.add_parser("set", help="store a secret in data/secrets.json (0600)")
     put.add_argument("name", metavar="NAME", help="the secret's name, as config.toml refers to it")
     source = put.add_mutually_exclusive_group(required=True)
     source.add_argument("--value-stdin", action="store_true",
-                        help="read the value from stdin (one trailing newline is dropped)")
+                        help="read the value from stdin (one trailing newline is dropped); at a terminal, one"
+                             " line, not echoed")
     source.add_argument("--value", metavar="V", help="the value itself (it lands in your shell history)")
     put.set_defaults(func=cmd_set)
     rm = actions.add_parser("rm", help="remove a secret from data/secrets.json")
@@ -68,9 +73,10 @@ def _read_stdin() -> str:
 def cmd_set(args: argparse.Namespace) -> int:
     ctx = Context.from_args(args)
     if args.value_stdin:
-        if sys.stdin.isatty():
-            print(f"value for {args.name} (end with Ctrl-D):", file=sys.stderr)
-        value = _read_stdin()
+        if sys.stdin.isatty():  # typed or pasted: never echoed, never left on the screen
+            value = getpass.getpass(f"value for {args.name} (not shown): ")
+        else:
+            value = _read_stdin()
     else:
         value = args.value
         output.warn("--value puts the secret in your shell history and the process list;"

@@ -6,8 +6,9 @@ import os
 import signal
 import time
 
-from common import db, pids
+from common import db, pids, ports, registry
 from common.cli import held, output
+from common.cli import applied
 from common.cli.context import Context
 from common.errors import StarlingError
 from common.home import ensure_layout
@@ -53,14 +54,24 @@ def cmd_up(args) -> int:
     preflight(ctx)
     sup = Supervisor(ctx.paths)
     if sup.reachable():
-        print(f"Starling is already running for {ctx.home} (supervisord pid {sup.supervisord_pid()}); nothing changed.")
+        print(f"Starling is already running for {ctx.home} (supervisord pid {sup.supervisord_pid()}); nothing was started.")
+        drift = applied.drift(ctx)
+        if drift:
+            print(drift)
         return 0
+    problems = ports.clashes(ctx.cfg) + ports.busy(ctx.cfg)  # before anything starts
+    if problems:
+        raise StarlingError("cannot start: " + "; ".join(problems))
     started = time.time()
+    applied.save(ctx)
     if args.foreground:
+        # supervisord takes this pid over
+        registry.record(ctx.home, os.getpid(), ctx.cfg.control.listen, ctx.paths.data_dir)
         sup.start_daemon(ctx.cfg, foreground=True)  # does not return
     sup.start_daemon(ctx.cfg)
     if not sup.wait_reachable(10):
         raise StarlingError(f"supervisord did not come up; see {ctx.paths.logs_dir / 'supervisord.log'}")
+    registry.record(ctx.home, sup.supervisord_pid() or 0, ctx.cfg.control.listen, ctx.paths.data_dir)
     expected = expected_services(ctx.cfg)
     ready, waiting = wait_ready(ctx, sup, expected, started, args.timeout)
     elapsed = time.time() - started
@@ -143,13 +154,16 @@ def why_not_ready(ctx: Context, sup: Supervisor, name: str) -> str:
 
 def cmd_down(args) -> int:
     ctx = Context.from_args(args)
-    sup = Supervisor(ctx.paths)
+    sup = Supervisor(ctx.running_paths())
     if not sup.reachable():
         stuck = _unanswering_supervisord(ctx)
         if stuck is None:
+            registry.remove(ctx.home)
             print(f"Starling is not running for {ctx.home}.")
             return 0
-        return _stop_unanswering(stuck, args.timeout)
+        code = _stop_unanswering(stuck, args.timeout)
+        registry.remove(ctx.home)
+        return code
     daemon_pid = sup.supervisord_pid()
     children = [p.pid for p in sup.processes() if p.pid]
     sup.shutdown()
@@ -157,6 +171,7 @@ def cmd_down(args) -> int:
     while time.monotonic() < deadline and any(alive(pid) for pid in [daemon_pid, *children] if pid):
         time.sleep(0.05)
     left = [pid for pid in [daemon_pid, *children] if pid and alive(pid)]
+    registry.remove(ctx.home)
     if left:
         for pid in left:
             try:
@@ -202,6 +217,12 @@ def _stop_unanswering(pid: int, timeout: float) -> int:
     return 0
 
 
+def not_running_code(rows: list[dict], expected: list[str]) -> int:
+    """3 (supervisorctl's convention) when a service the config expects is not running, else 0."""
+    running = {r["service"] for r in rows if r["state"] in ("RUNNING", "STARTING")}
+    return 3 if any(name not in running for name in expected) else 0
+
+
 def cmd_status(args) -> int:
     ctx = Context.from_args(args)
     sup = Supervisor(ctx.paths)
@@ -241,10 +262,11 @@ def cmd_status(args) -> int:
             beat.detail if beat else (info.description if info else ""),
         })
     kept = held.read(ctx.paths)  # dead letters, spools, the disk reserve
+    code = not_running_code(rows, expected)
     if args.json:
         output.emit_json({"home": str(ctx.home), "supervisord": running, "services": rows, "refused": refused,
                           **kept.as_json()})
-        return 0
+        return code
     print(f"Starling home {ctx.home}: supervisord {'running' if running else 'not running'}")
     print(output.table(
         ["SERVICE", "STATE", "PID", "UPTIME", "HEARTBEAT", "LAST BEAT", "RESTARTS", "DETAIL"],
@@ -257,4 +279,4 @@ def cmd_status(args) -> int:
     ))
     for line in kept.lines():
         print(line)
-    return 0
+    return code

@@ -29,6 +29,7 @@ from common.gateway.spool import SUFFIX as SPOOL_SUFFIX
 from common.gateway.spool import Entry, Spool
 from common.gateway.typing import Typing
 from common.gateway.webhook import WebhookServers
+from common.programs import serving
 from common.runtime import Runtime
 from common.service import Service, boot
 from schema import messages as m
@@ -67,6 +68,13 @@ class Gateway:
 
     async def call(self, op: m.WriteOp, key: str | None = None):
         return await self.rt.client.call(op, key=key)
+
+    def reload_allow(self, cfg) -> None:
+        """`starling reload` (SIGHUP): each served instance's ``allow`` list as config.toml says now."""
+        for gw in getattr(cfg.gateways, self.platform):
+            if gw.id in self.access:
+                normalize = type(self.channels[gw.id]).normalize_id
+                self.access[gw.id].allow = frozenset(normalize(a) for a in gw.allow)
 
     # ------------------------------------------------------------ life
 
@@ -228,25 +236,44 @@ def _json(meta: dict) -> str:
     return msgspec.json.encode(meta).decode() if meta else "{}"
 
 
+def _options(platform: str):
+    def add(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--instance", action="append", default=[], metavar="ID",
+                            help=f"serve this [[gateways.{platform}]] id (repeatable), whatever its process")
+        parser.add_argument("--process", metavar="NAME",
+                            help=f"serve the instances with process = \"NAME\" (default: the NAME in a process name"
+                                 f" gateway-{platform}-NAME, else the instances without a process)")
+    return add
+
+
 def main(platform: str, make_channel: MakeChannel, argv: list[str] | None = None) -> int:
-    """`python -m services.gateway_<platform> [--instance ID ...]`: serve every configured instance of the
-    platform, or only the named ones (to split instances across processes)."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--instance", action="append", default=[])
-    ours, rest = pre.parse_known_args(argv)
-    svc: Service = boot(f"gateway-{platform}", rest)
+    """`python -m services.gateway_<platform> [--instance ID ... | --process NAME]`: serve the platform's
+    instances that have no ``process`` (the platform's program), those with ``process = "NAME"`` (a
+    process of their own, gateway-<platform>-NAME), or only the named ones."""
+    svc: Service = boot(f"gateway-{platform}", argv, description=f"Starling's {platform} gateway",
+                        add_arguments=_options(platform))
+    ours = svc.args
     configured = getattr(svc.cfg.gateways, platform)
     unknown = sorted(set(ours.instance) - {gw.id for gw in configured})
     if unknown:
         svc.log.error("startup_failed", error=f"--instance {', '.join(unknown)}: no such [[gateways.{platform}]] id"
                       f" in {svc.paths.home / 'config.toml'}")
         return 1
-    instances = [gw for gw in configured if not ours.instance or gw.id in ours.instance]
+    process = ours.process
+    if process is None:
+        process = svc.name.removeprefix(f"gateway-{platform}-") if svc.name.startswith(f"gateway-{platform}-") else ""
+    if ours.instance:
+        instances = [gw for gw in configured if gw.id in ours.instance]
+    else:
+        instances = serving(svc.cfg, platform, process)
     if not instances:
-        svc.log.info("nothing_configured", platform=platform, hint=f"add a [[gateways.{platform}]] table")
+        svc.log.info("nothing_configured", platform=platform, process=process,
+                     hint=f"add a [[gateways.{platform}]] table" + (f" with process = \"{process}\"" if process else ""))
         return 0
 
     def work(rt: Runtime):
-        return Gateway(rt, platform, instances, make_channel).run(rt)
+        gateway = Gateway(rt, platform, instances, make_channel)
+        rt.reload_hooks.append(gateway.reload_allow)
+        return gateway.run(rt)
 
     return asyncio.run(Runtime(svc).run(work, announces_ready=True))

@@ -147,6 +147,8 @@ Next steps, as root:
   systemctl enable --now starling.target$runner_units
   # one gateway per platform configured in $home/config.toml, e.g.:
   systemctl enable --now starling-gateway@telegram
+  # and one per gateway process of its own ([[gateways.telegram]] process = "main"):
+  systemctl enable --now starling-gateway@telegram-main
   # another runner, until the next boot (enable --now keeps it):
   systemctl start starling-runner@$runners
   # then:

@@ -65,12 +65,17 @@ def stem_time(name: str) -> float | None:
 
 class Memory:
     def __init__(self, svc, call, reader, log) -> None:
-        self.cfg = svc.cfg.session_memory
+        self.svc = svc
         self.folder: Path = svc.paths.memories_dir
         self.enabled = svc.paths.memories_enabled
         self.call = call
         self.reader = reader  # a function returning the read-only connection
         self.log = log
+
+    @property
+    def cfg(self):
+        """[session_memory], read at each use: `starling reload` changes retention_days in place (SIGHUP)."""
+        return self.svc.cfg.session_memory
 
     # ------------------------------------------------------------ resets
 

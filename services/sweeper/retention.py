@@ -51,13 +51,17 @@ class Report:
 class Retention:
     def __init__(self, svc, call, reader, log, memory) -> None:
         self.svc = svc
-        self.cfg = svc.cfg.retention
         self.paths = svc.paths
         self.call = call
         self.reader = reader
         self.log = log
         self.memory = memory
         self.stop = svc.stopping
+
+    @property
+    def cfg(self):
+        """[retention], read at each use: `starling reload` changes it in place (SIGHUP)."""
+        return self.svc.cfg.retention
 
     async def sweep(self, now: float) -> Report:
         started = time.monotonic()
