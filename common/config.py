@@ -259,6 +259,34 @@ class Transcription(_Section, kw_only=True):
     max_mb: Annotated[float, Meta(gt=0, le=25)] = 25.0  # the API's own limit is 25 MB
 
 
+_SEARCH_DEFAULT_URL = {"brave": "https://api.search.brave.com/res/v1", "tavily": "https://api.tavily.com"}
+
+
+class Web(_Section, kw_only=True):
+    """The web tools: web_fetch's limits and reach, and web_search's provider."""
+
+    search: Literal["", "searxng", "brave", "tavily"] = ""  # "": no web_search tool
+    base_url: str = ""  # the search API; brave and tavily default to their public URLs, searxng needs one
+    api_key: Annotated[str, Meta(pattern=r"^$|" + SECRET_NAME_PATTERN)] = ""  # a secret's name (brave, tavily)
+    max_kb: Annotated[int, Meta(ge=1, le=65536)] = 2048  # bytes of a page web_fetch reads
+    timeout_s: Annotated[float, Meta(gt=0, le=300)] = 20.0  # one web_fetch, every redirect included
+    max_redirects: Annotated[int, Meta(ge=0, le=20)] = 5
+    allow_networks: list[str] = []  # CIDRs web_fetch may reach although private, loopback or link-local
+
+    def __post_init__(self) -> None:
+        if not self.base_url and self.search in _SEARCH_DEFAULT_URL:
+            msgspec.structs.force_setattr(self, "base_url", _SEARCH_DEFAULT_URL[self.search])
+        if self.search == "searxng" and not self.base_url:
+            raise _FieldError("base_url", "required when search = \"searxng\" (your instance, e.g. http://127.0.0.1:8888)")
+        if self.search in ("brave", "tavily") and not self.api_key:
+            raise _FieldError("api_key", f"required when search = \"{self.search}\": a secret's name")
+        for net in self.allow_networks:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise _FieldError("allow_networks", f"expected CIDR networks such as 127.0.0.0/8, got {net!r}") from None
+
+
 class Scheduler(_Section, kw_only=True):
     poll_interval_s: Annotated[float, Meta(gt=0)] = 30.0
     max_consecutive_failures: Annotated[int, Meta(ge=0, le=1000)] = 3  # then the job is disabled; 0: never
@@ -332,6 +360,7 @@ class Config(_Section, kw_only=True):
     gateways: Gateways = field(default_factory=Gateways)
     tools: Tools = field(default_factory=Tools)
     transcription: Transcription = field(default_factory=Transcription)
+    web: Web = field(default_factory=Web)
     scheduler: Scheduler = field(default_factory=Scheduler)
     retention: Retention = field(default_factory=Retention)
     session_memory: SessionMemory = field(default_factory=SessionMemory)
@@ -371,6 +400,8 @@ def referenced_secrets(cfg: Config) -> dict[str, str]:
             for attr in names:
                 found.setdefault(getattr(gw, attr), f"gateways.{platform}[{i}].{attr}")
     _mcp_secrets(cfg, found)
+    if cfg.web.api_key:
+        found.setdefault(cfg.web.api_key, "web.api_key")
     return found
 
 
@@ -403,6 +434,8 @@ def required_secrets(cfg: Config) -> dict[str, str]:
             for attr in _SECRETS_BY_MODE[(platform, gw.mode)]:
                 found.setdefault(getattr(gw, attr), f"gateways.{platform}[{i}].{attr}")
     _mcp_secrets(cfg, found)
+    if cfg.web.search and cfg.web.api_key:
+        found.setdefault(cfg.web.api_key, "web.api_key")
     return found
 
 
@@ -692,6 +725,15 @@ model = "whisper-1"            # whisper-1, gpt-4o-transcribe, whisper-large-v3 
 language = ""                  # ISO-639-1 ("en", "de"); "" = detected
 timeout_s = 120.0
 max_mb = 25.0                  # longer recordings are not sent (the API refuses over 25 MB)
+
+[web]                          # the web_fetch tool (and web_search when a provider is set)
+search = ""                    # "" (no web_search) | searxng | brave | tavily
+base_url = ""                  # the search API (searxng: your instance; brave and tavily have defaults)
+api_key = ""                   # a secret's name (brave, tavily)
+max_kb = 2048                  # bytes of a page read at most
+timeout_s = 20.0               # one fetch, redirects included
+max_redirects = 5
+allow_networks = []            # CIDRs web_fetch may reach although private/loopback/link-local, e.g. ["10.1.0.0/16"]
 
 [scheduler]
 poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups

@@ -24,7 +24,7 @@ SKILLS_DIR = "skills"
 SCRATCHPAD = ".scratchpad"
 FRESH_ON_COPY = ("MEMORY.md",)  # an agent's memories are its own: a copy starts with an empty one
 
-DEFAULT_TOOLS = ("files", "shell", "memory", "recall", "send", "cron", "jobs")  # every tool group there is
+DEFAULT_TOOLS = ("files", "shell", "memory", "recall", "send", "cron", "jobs", "web")  # every tool group there is
 APPROVAL_MODES = ("ask", "auto", "deny")
 MAX_APPROVAL_TTL_S = 7 * 86400
 
@@ -42,6 +42,8 @@ class AgentSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     tools: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_TOOLS))
     approval: Approval = msgspec.field(default_factory=Approval)
     max_steps: int = 12  # model calls in one turn before it is cut short
+    # domains web_fetch reaches without asking (each with its subdomains: "example.org" covers "docs.example.org")
+    web_allow: list[str] = msgspec.field(default_factory=list)
     mcp: list[str] = msgspec.field(default_factory=list)  # [mcp.<name>] servers of config.toml this agent may use
 
 
@@ -154,6 +156,7 @@ provider = "default"           # a [providers.<name>] of the main config.toml
 model = ""                     # "" = the provider's model
 tools = [{tools}]
 mcp = []                       # MCP servers of the main config.toml ([mcp.<name>]) this agent may use
+web_allow = []                 # domains web_fetch reads without asking (subdomains included), e.g. ["python.org"]
 
 [approval]
 mode = "ask"                   # ask the person before dangerous tool calls

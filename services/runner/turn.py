@@ -89,7 +89,7 @@ class TurnWork:
         messages = await self._inbound_files(persona, provider, await self._hear(messages))
         system = persona.system_prompt(summary, channel=claim.instance)
         system, messages = await self._maybe_compact(provider, persona, system, summary, messages)
-        tools = registry.specs_for(persona.settings.tools) + ([SKILL_TOOL] if persona.skills else [])
+        tools = registry.specs_for(persona.settings.tools, self.runner.cfg) + ([SKILL_TOOL] if persona.skills else [])
         ctx = ToolContext(paths=self.runner.paths, cfg=self.runner.cfg, agent=claim.agent,
                           session_id=claim.session_id, turn_id=claim.turn_id, instance=claim.instance,
                           chat=claim.chat, call=self.call, reader=lambda: self.runner.reader, log=self.log,

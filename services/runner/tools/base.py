@@ -62,9 +62,11 @@ class Tool:
     """One tool: what the model sees (``spec``), the config group that enables it, and its coroutine.
 
     ``inline_limit``: results larger than this many bytes go to data/tool-output/ (output.py).
+    ``offered``: whether the config lets the model see it at all (web_search needs a provider); None: always.
     """
 
     spec: ToolSpec
-    group: str  # files | shell | memory | recall | send | cron | jobs (an agent config's ``tools``)
+    group: str  # files | shell | memory | recall | send | cron | jobs | web | skills (an agent config's ``tools``)
     run: ToolRun
     inline_limit: int = 16 * 1024
+    offered: Callable[[Config], bool] | None = None

@@ -13,23 +13,25 @@ from typing import Any, Iterable
 
 from common.redact import redact, redact_value, refresh
 from services.runner.llm import ToolSpec
-from services.runner.tools import cron, files, home_paths, jobs, memory, output, recall, send, shell
+from services.runner.tools import cron, files, home_paths, jobs, memory, output, recall, send, shell, web
 from services.runner.tools import mcp
 from services.runner.tools.base import Refused, Tool, ToolContext, ToolError, ToolResult
 
-GROUPS = ("files", "shell", "memory", "recall", "send", "cron", "jobs")
+GROUPS = ("files", "shell", "memory", "recall", "send", "cron", "jobs", "web")
 
 TOOLS: dict[str, Tool] = {
     tool.spec.name: tool
-    for module in (files, shell, jobs, memory, recall, send, cron)
+    for module in (files, shell, jobs, memory, recall, send, cron, web)
     for tool in module.TOOLS
 }
 
 
-def specs_for(enabled_groups: Iterable[str]) -> list[ToolSpec]:
-    """The specs of every tool whose group is enabled, in registry order (unknown group names are ignored)."""
+def specs_for(enabled_groups: Iterable[str], cfg=None) -> list[ToolSpec]:
+    """The specs of every tool whose group is enabled, in registry order (unknown group names are ignored);
+    with ``cfg``, only the tools it offers (web_search needs a provider)."""
     enabled = set(enabled_groups)
-    return [tool.spec for tool in TOOLS.values() if tool.group in enabled]
+    return [tool.spec for tool in TOOLS.values()
+            if tool.group in enabled and (cfg is None or tool.offered is None or tool.offered(cfg))]
 
 
 # ---------------------------------------------------------------- arguments
