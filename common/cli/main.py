@@ -33,6 +33,7 @@ VERB_MODULES = (
     "common.cli.pairing_cmd",
     "common.cli.cron_cmd",
     "common.cli.whatsapp_cmd",
+    "common.cli.retention_cmd",
     "common.cli.mcp_cmd",
 )
 

@@ -18,6 +18,8 @@ TOOLS_FOR_SESSION = (
     "SELECT id, turn_id, tool, arguments, outcome, result_path, error, duration_ms, created_at"
     " FROM tool_executions WHERE session_id = ? ORDER BY id"
 )
+EVENT = "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)"
+EVENTS = "SELECT id, at, actor, action, target, detail FROM audit WHERE action = ? ORDER BY id"
 USAGE_FOR_SESSION = (
     "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cost_usd), 0)"
     " FROM usage WHERE session_id = ?"
@@ -46,6 +48,26 @@ def record_usage(conn: apsw.Connection, session_id: int, turn_id: int, agent: st
                  input_tokens: int, output_tokens: int, cost_usd: float, now: float) -> int:
     conn.execute(USAGE, (session_id, turn_id, agent, provider, model, input_tokens, output_tokens, cost_usd, now))
     return conn.last_insert_rowid()
+
+
+class Event(NamedTuple):
+    id: int
+    at: float
+    actor: str
+    action: str
+    target: str
+    detail: str  # JSON
+
+
+def record_event(conn: apsw.Connection, at: float, actor: str, action: str, target: str, detail_json: str) -> int:
+    """An audit row for something done to Starling itself (not by an agent's tool): a clock confirmed, a
+    turn failed for crashing its runner."""
+    conn.execute(EVENT, (at, actor, action, target, detail_json))
+    return conn.last_insert_rowid()
+
+
+def events(conn: apsw.Connection, action: str) -> list[Event]:
+    return [Event(*row) for row in conn.execute(EVENTS, (action,))]
 
 
 def tools_for_session(conn: apsw.Connection, session_id: int) -> list[ToolRun]:

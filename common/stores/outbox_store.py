@@ -134,7 +134,8 @@ def claim(
     conn: apsw.Connection, instances: list[str], worker: str, limit: int, lease_s: float, now: float,
     chats: list[str] | None = None,
 ) -> list[Item]:
-    """Lease the deliverable head of each chat's queue; ``chats`` narrows it to those chats."""
+    """Lease the deliverable head of each chat's queue; ``chats`` narrows it to those chats. ``now`` is the
+    writer's lease clock: lease_until and not_before are on it."""
     items: list[Item] = []
     for instance in instances:
         if len(items) >= limit:
@@ -169,7 +170,8 @@ def mark_sent(conn: apsw.Connection, outbox_id: int, worker: str, platform_msg_i
 def mark_failed(
     conn: apsw.Connection, outbox_id: int, worker: str, error: str, retry_after_s: float, now: float
 ) -> bool:
-    """Retry after ``retry_after_s`` seconds, or fail for good when it is negative."""
+    """Retry after ``retry_after_s`` seconds (``now``: the lease clock, as not_before is), or fail for good
+    when it is negative."""
     if retry_after_s < 0:
         conn.execute(FAIL, (error, outbox_id, worker))
     else:

@@ -153,17 +153,21 @@ def add_turn(conn: apsw.Connection, session_id: int, role: str, content: str, me
     return conn.last_insert_rowid()
 
 
-def claim_next(conn: apsw.Connection, worker: str, lease_s: float, now: float) -> Claim | None:
-    """Lease the next turn that may run; a turn that exhausted MAX_ATTEMPTS is failed and skipped."""
+def claim_next(conn: apsw.Connection, worker: str, lease_s: float, now: float,
+               lease_now: float | None = None) -> Claim | None:
+    """Lease the next turn that may run; a turn that exhausted MAX_ATTEMPTS is failed and skipped.
+    Leases are judged and written on ``lease_now`` (the writer's lease clock; ``now``, the wall time
+    stamped on a failure, when not given)."""
+    lease_now = now if lease_now is None else lease_now
     while True:
-        row = conn.execute(NEXT_CLAIMABLE, (now, now)).fetchone()
+        row = conn.execute(NEXT_CLAIMABLE, (lease_now, lease_now)).fetchone()
         if row is None:
             return None
         turn_id, attempts = row
         if attempts >= MAX_ATTEMPTS:
             conn.execute(GIVE_UP, (f"gave up after {attempts} attempts", now, turn_id))
             continue
-        conn.execute(TAKE, (worker, now + lease_s, turn_id))
+        conn.execute(TAKE, (worker, lease_now + lease_s, turn_id))
         return Claim(*conn.execute(CLAIM_DETAILS, (turn_id,)).fetchone())
 
 

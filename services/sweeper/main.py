@@ -110,6 +110,8 @@ class Sweeper:
         detail = f"health {status}; WAL {wal_mb:.1f} MB" + (" (a reader holds old frames)" if held else "")
         if problems:
             detail += ": " + "; ".join(problems)
+        if self.retention.held:
+            detail = f"retention held (the clock jumped ahead: `starling retention confirm-clock`); {detail}"
         self.rt.detail = detail[:300]
         if status != self.health_status:  # a note for the sweeper's own log; the alert is control's
             self.log.info("health_checked", status=status, problems=problems, wal_bytes=report["checks"]["wal"]["bytes"],

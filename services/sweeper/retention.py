@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from common.db import read_tx
-from common.stores import retention_store
+from common.stores import lease_clock_store, retention_store
 from schema import messages as m
 from services.sweeper import files
 from services.sweeper.files import Freed
@@ -57,6 +57,7 @@ class Retention:
         self.log = log
         self.memory = memory
         self.stop = svc.stopping
+        self.held = ""  # why the last pass was held ("" when it ran)
 
     @property
     def cfg(self):
@@ -66,6 +67,10 @@ class Retention:
     async def sweep(self, now: float) -> Report:
         started = time.monotonic()
         report = Report()
+        self.held = self._clock_hold()
+        if self.held:  # the wall clock jumped ahead: nothing goes by age until an operator confirms it
+            self.log.warning("retention_held", detail=self.held)
+            return report
         await self._sessions(now - self.cfg.session_days * DAY_S, report)
         await self._steps(lambda: m.PurgeAudit(before=now - self.cfg.audit_days * DAY_S, max_ms=STEP_MAX_MS), report, None)
         await self._jobs(now - self.cfg.job_log_days * DAY_S, report)
@@ -83,6 +88,13 @@ class Retention:
             seconds=round(time.monotonic() - started, 3),
         )
         return report
+
+    def _clock_hold(self) -> str:
+        """Why retention must wait (services/writer/lease_clock.py: the writer's lease clock against the
+        wall clock), or "" when it may run. The writer refuses the purges too; the files are ours to spare."""
+        with read_tx(self.reader()) as conn:
+            state = lease_clock_store.get(conn)
+        return lease_clock_store.held_text(state.jump_s) if state is not None and state.holds_retention else ""
 
     async def _steps(self, make_op, report: Report, after_step) -> None:
         """Send purge steps until one says there is no more; ``after_step(purged)`` runs after each ack."""

@@ -9,10 +9,11 @@ import msgspec
 from common.redact import redact
 from common.stores import (
     access_store, approval_store, audit_store, beat_store, dead_letter_store, job_store, keys_store, outbox_store,
-    session_store, turn_store,
+    session_store, skill_store, turn_store,
 )
 from schema import messages as m
-from services.writer import lease_ops, retention_ops, schedule_ops
+from services.writer import dashboard_ops, lease_ops, retention_ops, schedule_ops
+from services.writer.lease_clock import lease_of
 
 _json = msgspec.json.Encoder()
 
@@ -44,7 +45,7 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
         case m.Inbound():
             return _inbound(conn, op, now, events)
         case m.ClaimTurn():
-            claim = turn_store.claim_next(conn, op.worker, _lease(op.lease_s), now)
+            claim = turn_store.claim_next(conn, op.worker, _lease(op.lease_s), now, lease_of(now))
             return m.NoWork() if claim is None else m.TurnClaim(**claim._asdict())
         case m.RenewLease():
             return _renew(conn, op, now)
@@ -64,6 +65,17 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             if not turn_store.set_user_text(conn, op.turn_id, op.worker, op.content):
                 raise Rejected("lease_lost", f"user turn {op.turn_id} is not held by {op.worker}")
             return m.Done()
+        case m.DraftSkill():
+            if op.turn_id and turn_store.held_by(conn, op.turn_id, op.worker) is None:
+                raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
+            return m.Stored(id=skill_store.save_draft(conn, op.agent, op.name, op.description[:300], op.body,
+                                                      op.session_id or None, now))
+        case m.DecideSkillDraft():
+            if op.state not in ("accepted", "rejected"):
+                raise Rejected("invalid", f"state must be accepted or rejected, not {op.state!r}")
+            if not skill_store.decide(conn, op.id, op.state, now):
+                raise Rejected("not_found", f"skill draft {op.id} does not exist or was decided already")
+            return m.Done()
         case m.ReleaseTurn():
             session_id = turn_store.session_of(conn, op.turn_id)
             if session_id is None or not turn_store.release(conn, op.turn_id, op.worker):
@@ -78,9 +90,10 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             ids = _enqueue(conn, op.session_id or None, None, op.instance, op.chat, op.replies, now, events)
             return m.Queued(ids=ids)
         case m.ClaimOutbox():
-            items = outbox_store.claim(conn, op.instances, op.worker, max(1, op.limit), _lease(op.lease_s), now,
+            leased = lease_of(now)  # leases and retry times are on the lease clock (services/writer/lease_clock.py)
+            items = outbox_store.claim(conn, op.instances, op.worker, max(1, op.limit), _lease(op.lease_s), leased,
                                        op.chats)
-            return m.OutboxClaim(items=[m.OutboxItem(**i._asdict()) for i in items], lease_until=now + _lease(op.lease_s))
+            return m.OutboxClaim(items=[m.OutboxItem(**i._asdict()) for i in items], lease_until=leased + _lease(op.lease_s))
         case m.OutboxSent():
             row = _held_outbox(conn, op.id)
             if not outbox_store.mark_sent(conn, op.id, op.worker, op.platform_msg_id, now):
@@ -92,7 +105,7 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             if not (op.retry_after_s < 0 or 0 <= op.retry_after_s <= 86400):  # also refuses NaN and infinity
                 raise Rejected("invalid", f"retry_after_s must be negative (never) or 0..86400, not {op.retry_after_s}")
             _held_outbox(conn, op.id)
-            if not outbox_store.mark_failed(conn, op.id, op.worker, op.error, op.retry_after_s, now):
+            if not outbox_store.mark_failed(conn, op.id, op.worker, op.error, op.retry_after_s, lease_of(now)):
                 raise Rejected("lease_lost", f"outbox row {op.id} is not held by {op.worker}")
             return m.Done()
         case m.OutboxProgress():
@@ -177,12 +190,31 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             access_store.approve_code(conn, code.code, now)
             access_store.allow(conn, code.instance, code.sender, op.approved_by, now)
             return m.Done()
+        case m.RefusePairing():
+            return dashboard_ops.refuse_pairing(conn, op, now)
+        case m.RevokeSender():
+            return dashboard_ops.revoke_sender(conn, op, now)
+        case m.DashboardAccount():
+            return dashboard_ops.account(conn, op, now)
+        case m.DashboardLogin():
+            return dashboard_ops.login(conn, op, now)
+        case m.DashboardLogout():
+            return dashboard_ops.logout(conn, op, now)
+        case m.DashboardAudit():
+            return dashboard_ops.audit(conn, op, now)
+        case m.RecordDaemonLog():
+            return dashboard_ops.daemon_log(conn, op)
         case m.PurgeSessions():
+            retention_ops.check_clock(conn, now)
             return retention_ops.purge_sessions(conn, op)
         case m.PurgeAudit():
+            retention_ops.check_clock(conn, now)
             return retention_ops.purge_audit(conn, op)
         case m.PurgeJobs():
+            retention_ops.check_clock(conn, now)
             return retention_ops.purge_jobs(conn, op)
+        case m.ConfirmClock():
+            return retention_ops.confirm_clock(conn, op, now)
         case m.ResetSession():
             return retention_ops.reset_session(conn, op, now)
         case m.MarkCaptured():
@@ -220,9 +252,9 @@ def _inbound(conn, op: m.Inbound, now: float, events: list[Pending]) -> m.Accept
 def _renew(conn, op: m.RenewLease, now: float) -> m.Leased:
     lease_s = _lease(op.lease_s)
     if op.kind == "turn":
-        until = turn_store.renew(conn, op.id, op.worker, lease_s, now)
+        until = turn_store.renew(conn, op.id, op.worker, lease_s, lease_of(now))
     elif op.kind == "outbox":
-        until = outbox_store.renew(conn, op.id, op.worker, lease_s, now)
+        until = outbox_store.renew(conn, op.id, op.worker, lease_s, lease_of(now))
     else:
         raise Rejected("invalid", f"kind must be turn or outbox, not {op.kind!r}")
     if until is None:

@@ -17,13 +17,9 @@ from common import identity
 from common.stores import outbox_store, turn_store, worker_store
 from schema import messages as m
 from services.writer import apply as _apply  # Rejected, Pending (apply imports this module: looked up at call time)
+from services.writer.lease_clock import lease_of
 
 WRITER_SCOPE = identity.pid_scope()  # where the writer can look a pid up
-
-
-def lease_now(now: float) -> float:
-    """The time leases and signs of life are judged on."""
-    return now
 
 
 def enlist(conn, op: m.Enlist, now: float, events: list) -> m.Enlisted:
@@ -31,7 +27,7 @@ def enlist(conn, op: m.Enlist, now: float, events: list) -> m.Enlisted:
         raise _apply.Rejected("invalid", "an enlistment needs the process's name and worker id")
     if not 0 < op.stale_after_s <= 86400:  # also refuses NaN
         raise _apply.Rejected("invalid", f"stale_after_s must be in (0, 86400], not {op.stale_after_s}")
-    at = lease_now(now)
+    at = lease_of(now)
     prev = worker_store.get(conn, op.name)
     if prev is not None and prev.worker == op.worker:
         return m.Enlisted()  # the same process asking again
@@ -89,7 +85,7 @@ def beat(conn, op: m.Heartbeat, now: float) -> None:
     """A beat of an enlisted worker keeps it known alive; one whose name another process took over is
     refused (``conflict``): it was judged gone, and must stop (common/runtime.py)."""
     state = "stopped" if op.state == "stopped" else "running"
-    if worker_store.seen(conn, op.service, op.worker, lease_now(now), state):
+    if worker_store.seen(conn, op.service, op.worker, lease_of(now), state):
         return
     current = worker_store.get(conn, op.service)
     if current is not None:

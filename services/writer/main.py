@@ -26,6 +26,7 @@ from schema import messages as m
 from services.writer import apply as ops
 from services.writer import disk
 from services.writer import group_commit
+from services.writer import lease_clock
 from services.writer import startup
 from services.writer.maintenance import Maintenance
 
@@ -56,7 +57,7 @@ _apart_decoder = msgspec.msgpack.Decoder(_EncodedRequests)
 
 
 class Writer:
-    def __init__(self, svc: Service, conn: apsw.Connection) -> None:
+    def __init__(self, svc: Service, conn: apsw.Connection, clock: lease_clock.LeaseClock | None = None) -> None:
         self.svc = svc
         self.log = svc.log
         self.conn = conn
@@ -66,6 +67,9 @@ class Writer:
         self.seqs: dict[str, int] = {}
         self._drop = bus.Drops(svc.log)  # frames dropped, by reason: counted, logged sparsely
         self.schema_version = schema_store.version(conn)
+        # leases are judged on the lease clock, and every commit's now is stamped by it (lease_clock.py)
+        self.clock = clock or lease_clock.LeaseClock.boot(conn, log=svc.log, alert_to=svc.cfg.health.alert_to)
+        lease_clock.install(self.clock)
         self.maint = Maintenance(conn, svc.paths.db_file, svc.cfg.writer.checkpoint_interval_s,
                                  svc.cfg.writer.wal_truncate_mb, svc.log)
         self.reserve = disk.Reserve(svc.paths.data_dir, svc.cfg.writer.reserve_mb, svc.log)
@@ -228,7 +232,7 @@ class Writer:
 
         work = transactional(batch)
         try:
-            applied = group_commit.commit(self.conn, work, time.time(), self.log,
+            applied = group_commit.commit(self.conn, work, self.clock.stamp(), self.log,
                                           lambda room: transactional(self._drain(room)), self.batch_max)
         except apsw.Error as exc:
             code = disk.code_for(exc)  # disk_full, io_error, busy: the clients wait it out and send again
@@ -361,6 +365,8 @@ class Writer:
             self.maint.on_timer(now)
             self.reserve.on_timer(now)
             self._expire_approvals(now)
+            for topic, cls, fields in _hints(self.clock.on_timer(self.conn, now)):
+                self._publish(topic, cls, fields)
             if self.maint.backup is not None:
                 timeout = 0
             else:
@@ -382,6 +388,7 @@ class Writer:
         self.maint.abort_backup()
         for ident, request_id, _key in self.backup_waiters:
             self._send_ack(ident, m.Ack(id=request_id, ok=False, code="internal", error="the writer stopped"))
+        self.clock.persist(self.conn)  # its last reading, for a writer that starts on a new host boot
         try:
             self.maint.checkpoint("TRUNCATE")
         except apsw.Error as exc:

@@ -9,6 +9,7 @@ after the commit (files go after their rows).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import Counter
@@ -16,9 +17,10 @@ from typing import Callable
 
 import msgspec
 
-from common.stores import retention_store, session_store
+from common.stores import audit_store, lease_clock_store, retention_store, session_store
 from schema import messages as m
 from services.writer import apply as _apply  # for Rejected (apply imports this module: looked up at call time)
+from services.writer import lease_clock
 
 CHUNK = 512  # at most this many rows per DELETE statement: the unit between two looks at the clock
 FIRST_CHUNK = 32  # the first chunk of a step, before the cost of a row is known
@@ -161,6 +163,33 @@ def purge_jobs(conn, op: m.PurgeJobs) -> m.Purged:
         if not more:
             break
     return m.Purged(rows=dict(rows), files=files, more=more, ms=budget.ms())
+
+
+def check_clock(conn, now: float) -> None:
+    """Purges wait while the wall clock stands more than a day ahead of the writer's lease clock, until an
+    operator confirms it (services/writer/lease_clock.py): a clock set a year ahead must not delete a year."""
+    state = lease_clock_store.get(conn)
+    if state is None:
+        return
+    jump = (now - lease_clock.lease_of(now)) - state.confirmed_skew
+    if jump > lease_clock_store.DAY_S:
+        raise _apply.Rejected("conflict", f"retention is held: {lease_clock_store.held_text(jump)}")
+
+
+def confirm_clock(conn, op: m.ConfirmClock, now: float) -> m.ClockConfirmed:
+    """Accept the wall clock as it stands: its skew against the lease clock becomes the confirmed one."""
+    state = lease_clock_store.get(conn)
+    if state is None:
+        raise _apply.Rejected("not_found", "the writer has no lease clock yet")
+    skew = now - lease_clock.lease_of(now)
+    jump = skew - state.confirmed_skew
+    lease_clock_store.confirm(conn, skew, now)
+    audit_store.record_event(conn, now, op.by or "unknown", "clock_confirmed", "lease_clock",
+                             json.dumps({"jump_s": round(jump, 3), "skew_s": round(skew, 3)}))
+    clock = lease_clock.installed()
+    if clock is not None:
+        clock.persist_soon()  # judged again (and logged) at the writer's next tick
+    return m.ClockConfirmed(jump_s=jump, held=jump > lease_clock_store.DAY_S)
 
 
 def reset_session(conn, op: m.ResetSession, now: float) -> m.Done:
