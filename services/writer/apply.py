@@ -9,10 +9,10 @@ import msgspec
 from common.redact import redact
 from common.stores import (
     access_store, approval_store, audit_store, beat_store, dead_letter_store, job_store, keys_store, outbox_store,
-    session_store, skill_store, turn_store,
+    session_store, turn_store,
 )
 from schema import messages as m
-from services.writer import dashboard_ops, lease_ops, retention_ops, schedule_ops
+from services.writer import lease_ops, retention_ops, schedule_ops
 from services.writer.lease_clock import lease_of
 
 _json = msgspec.json.Encoder()
@@ -64,17 +64,6 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
         case m.SetTurnText():
             if not turn_store.set_user_text(conn, op.turn_id, op.worker, op.content):
                 raise Rejected("lease_lost", f"user turn {op.turn_id} is not held by {op.worker}")
-            return m.Done()
-        case m.DraftSkill():
-            if op.turn_id and turn_store.held_by(conn, op.turn_id, op.worker) is None:
-                raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
-            return m.Stored(id=skill_store.save_draft(conn, op.agent, op.name, op.description[:300], op.body,
-                                                      op.session_id or None, now))
-        case m.DecideSkillDraft():
-            if op.state not in ("accepted", "rejected"):
-                raise Rejected("invalid", f"state must be accepted or rejected, not {op.state!r}")
-            if not skill_store.decide(conn, op.id, op.state, now):
-                raise Rejected("not_found", f"skill draft {op.id} does not exist or was decided already")
             return m.Done()
         case m.ReleaseTurn():
             session_id = turn_store.session_of(conn, op.turn_id)
@@ -190,20 +179,6 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             access_store.approve_code(conn, code.code, now)
             access_store.allow(conn, code.instance, code.sender, op.approved_by, now)
             return m.Done()
-        case m.RefusePairing():
-            return dashboard_ops.refuse_pairing(conn, op, now)
-        case m.RevokeSender():
-            return dashboard_ops.revoke_sender(conn, op, now)
-        case m.DashboardAccount():
-            return dashboard_ops.account(conn, op, now)
-        case m.DashboardLogin():
-            return dashboard_ops.login(conn, op, now)
-        case m.DashboardLogout():
-            return dashboard_ops.logout(conn, op, now)
-        case m.DashboardAudit():
-            return dashboard_ops.audit(conn, op, now)
-        case m.RecordDaemonLog():
-            return dashboard_ops.daemon_log(conn, op)
         case m.PurgeSessions():
             retention_ops.check_clock(conn, now)
             return retention_ops.purge_sessions(conn, op)
