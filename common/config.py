@@ -707,7 +707,7 @@ read_paths = []                # more absolute folders commands may read (the sy
 # Each tool reaches the model as <server>__<tool>, under approvals and the audit like every tool.
 #
 # [mcp.github]
-# command = "github-mcp-server"   # a stdio server, started confined like the shell, on first use
+# command = "github-mcp-server"  # a stdio server, started confined like the shell, on first use
 # args = ["stdio"]
 # env = { GITHUB_TOKEN = "github-token" }   # values are secret names
 # network = false                # a stdio server has no network unless this is true (your decision)

@@ -56,7 +56,7 @@ def test_default_config_text_mentions_every_key():
 
 
 def test_default_config_text_gateway_examples_load(tmp_path):
-    text = re.sub(r"^# (\[\[gateways|[a-z_]+ = )", r"\1", default_config_text(), flags=re.M)
+    text = re.sub(r"^# (\[\[gateways|\[mcp\.|[a-z_]+ = )", r"\1", default_config_text(), flags=re.M)
     text = text.replace('phone_number_id = ""', 'phone_number_id = "1234"')
     cfg = load_config(write(tmp_path, text))
     assert ["main", "team", "phone"] == [gw.id for gw in cfg.gateways.all()]
