@@ -24,7 +24,7 @@ SKILLS_DIR = "skills"
 SCRATCHPAD = ".scratchpad"
 FRESH_ON_COPY = ("MEMORY.md",)  # an agent's memories are its own: a copy starts with an empty one
 
-DEFAULT_TOOLS = ("files", "shell", "memory", "recall", "send", "cron", "jobs", "web")  # every tool group there is
+DEFAULT_TOOLS = ("files", "shell", "memory", "recall", "send", "cron", "jobs", "web", "skills")  # every group
 APPROVAL_MODES = ("ask", "auto", "deny")
 MAX_APPROVAL_TTL_S = 7 * 86400
 

@@ -104,6 +104,27 @@ class SetTurnText(Msg):
     content: str
 
 
+class DraftSkill(Msg):
+    """An agent proposes a skill (the skill_draft tool): stored as a draft for the operator to approve or
+    reject. A draft of the same agent and name not yet decided is replaced. Answered ``Stored`` (its id)."""
+
+    agent: str
+    name: str
+    description: str
+    body: str
+    session_id: Int = 0
+    turn_id: Int = 0  # the turn whose tool call proposed it: only that turn's lease holder may (0: none)
+    worker: str = ""
+
+
+class DecideSkillDraft(Msg):
+    """The operator's decision on a draft (`starling skills approve|reject`): "accepted" once its SKILL.md
+    is written and listed, or "rejected". Answered ``Done``; ``not_found`` unless the draft is undecided."""
+
+    id: Int
+    state: str  # accepted | rejected
+
+
 class ReleaseTurn(Msg):
     """A runner hands a claimed turn back untouched (shutdown): another runner takes it at once."""
 
@@ -470,6 +491,8 @@ WriteOp = (
     | AppendTurn
     | FinishTurn
     | ReleaseTurn
+    | DraftSkill
+    | DecideSkillDraft
     | SetTurnText
     | EnqueueOutbox
     | ClaimOutbox

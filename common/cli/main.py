@@ -32,6 +32,7 @@ VERB_MODULES = (
     "common.cli.approvals_cmd",
     "common.cli.pairing_cmd",
     "common.cli.cron_cmd",
+    "common.cli.skills_cmd",
     "common.cli.whatsapp_cmd",
     "common.cli.retention_cmd",
     "common.cli.mcp_cmd",

@@ -9,7 +9,7 @@ import msgspec
 from common.redact import redact
 from common.stores import (
     access_store, approval_store, audit_store, beat_store, dead_letter_store, job_store, keys_store, outbox_store,
-    session_store, turn_store,
+    session_store, skill_store, turn_store,
 )
 from schema import messages as m
 from services.writer import lease_ops, retention_ops, schedule_ops
@@ -64,6 +64,17 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
         case m.SetTurnText():
             if not turn_store.set_user_text(conn, op.turn_id, op.worker, op.content):
                 raise Rejected("lease_lost", f"user turn {op.turn_id} is not held by {op.worker}")
+            return m.Done()
+        case m.DraftSkill():
+            if op.turn_id and turn_store.held_by(conn, op.turn_id, op.worker) is None:
+                raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
+            return m.Stored(id=skill_store.save_draft(conn, op.agent, op.name, op.description[:300], op.body,
+                                                      op.session_id or None, now))
+        case m.DecideSkillDraft():
+            if op.state not in ("accepted", "rejected"):
+                raise Rejected("invalid", f"state must be accepted or rejected, not {op.state!r}")
+            if not skill_store.decide(conn, op.id, op.state, now):
+                raise Rejected("not_found", f"skill draft {op.id} does not exist or was decided already")
             return m.Done()
         case m.ReleaseTurn():
             session_id = turn_store.session_of(conn, op.turn_id)

@@ -13,15 +13,15 @@ from typing import Any, Iterable
 
 from common.redact import redact, redact_value, refresh
 from services.runner.llm import ToolSpec
-from services.runner.tools import cron, files, home_paths, jobs, memory, output, recall, send, shell, web
+from services.runner.tools import cron, files, home_paths, jobs, memory, output, recall, send, shell, skills, web
 from services.runner.tools import mcp
 from services.runner.tools.base import Refused, Tool, ToolContext, ToolError, ToolResult
 
-GROUPS = ("files", "shell", "memory", "recall", "send", "cron", "jobs", "web")
+GROUPS = ("files", "shell", "memory", "recall", "send", "cron", "jobs", "web", "skills")
 
 TOOLS: dict[str, Tool] = {
     tool.spec.name: tool
-    for module in (files, shell, jobs, memory, recall, send, cron, web)
+    for module in (files, shell, jobs, memory, recall, send, cron, web, skills)
     for tool in module.TOOLS
 }
 
