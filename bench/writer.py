@@ -1,6 +1,6 @@
 """Writer benchmark: acked turn writes per second through the bus, against the raw SQLite limit.
 
-    python bench/writer.py [--seconds 10] [--producers 4] [--concurrency 32]
+    python bench/writer.py [--seconds 10] [--producers 4] [--concurrency 32] [--ops-per-call 1]
     python -m bench.writer ...
 
 1. A real writer process in a fresh temporary home, and N producer processes (default 4), each
@@ -9,6 +9,9 @@
    unmeasured and then ``--seconds`` measured. The measured window starts at the same instant in
    every producer (a start time handed out once all of them are connected). Throughput counts the
    acks that arrived inside the window; latency is call start -> result, for calls started inside it.
+   A call is one write, or with ``--ops-per-call N`` N writes sent together as a client that has
+   several does (a Telegram getUpdates batch: ``WriterClient.call_many``, one frame, one commit),
+   its latency the time to the last of them.
 2. The same rows (same 80 sessions, same texts) inserted by this process directly with apsw in
    1,000-row transactions under the writer's pragmas (``db.open_writer``: WAL, synchronous=FULL)
    and the writer's checkpoint policy: the physical limit of this machine.
@@ -96,7 +99,7 @@ async def produce(args: argparse.Namespace) -> dict:
         "producer": producer, "acked": 0, "in_window": 0, "duplicates": 0, "rejected": 0, "timeouts": 0,
         "latencies_ms": [], "resent": 0, "late_acks": 0, "first_ping_ms": 0.0,
     }
-    async with home.client(f"bench{producer}", window=max(256, args.concurrency)) as client:
+    async with home.client(f"bench{producer}", window=max(256, args.concurrency * args.ops_per_call)) as client:
         t0 = time.monotonic()
         if not await client.ping(20.0):
             raise SystemExit(f"producer {producer}: the writer did not answer a ping in 20s")
@@ -115,30 +118,35 @@ async def produce(args: argparse.Namespace) -> dict:
         counter = iter(range(10**12))
         latencies = result["latencies_ms"]
 
+        def write(i: int) -> m.Inbound:
+            return m.Inbound(
+                agent=AGENT, instance=INSTANCE, chat=chat_name(producer, i), sender=sender_name(producer, i),
+                text=turn_text(producer, i), dedupe_keys=[f"bench:{producer}:{i}"],
+            )
+
         async def worker() -> None:
             while True:
-                i = next(counter)
                 t0 = time.monotonic()
                 if t0 >= end:
                     return
-                op = m.Inbound(
-                    agent=AGENT, instance=INSTANCE, chat=chat_name(producer, i), sender=sender_name(producer, i),
-                    text=turn_text(producer, i), dedupe_keys=[f"bench:{producer}:{i}"],
-                )
-                try:
-                    res = await client.call(op)
-                except WriteRejected:
-                    result["rejected"] += 1
-                    continue
-                except BusTimeout:
-                    result["timeouts"] += 1
-                    continue
+                ops = [write(next(counter)) for _ in range(args.ops_per_call)]
+                if len(ops) == 1:
+                    try:
+                        answers = [await client.call(ops[0])]
+                    except (WriteRejected, BusTimeout) as exc:
+                        answers = [exc]
+                else:
+                    answers = await client.call_many(ops)
                 t1 = time.monotonic()
-                result["acked"] += 1
-                if getattr(res, "duplicate", False):
-                    result["duplicates"] += 1
-                if start <= t1 < end:
-                    result["in_window"] += 1
+                for res in answers:
+                    if isinstance(res, WriteRejected):
+                        result["rejected"] += 1
+                    elif isinstance(res, BusTimeout):
+                        result["timeouts"] += 1
+                    else:
+                        result["acked"] += 1
+                        result["duplicates"] += getattr(res, "duplicate", False)
+                        result["in_window"] += start <= t1 < end
                 if start <= t0 < end:
                     latencies.append(round((t1 - t0) * 1000, 3))
 
@@ -203,7 +211,7 @@ def run_bus(args: argparse.Namespace, home, work: Path) -> dict:
             producers.append(subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), "--producer", str(n), "--home", str(home.root),
                  "--work", str(work), "--seconds", str(args.seconds), "--warmup", str(args.warmup),
-                 "--concurrency", str(args.concurrency)],
+                 "--concurrency", str(args.concurrency), "--ops-per-call", str(args.ops_per_call)],
                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             ))
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -344,6 +352,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured writes before the window")
     parser.add_argument("--producers", type=int, default=4, help="producer processes")
     parser.add_argument("--concurrency", type=int, default=32, help="calls in flight per producer")
+    parser.add_argument("--ops-per-call", type=int, default=1,
+                        help="writes per call (WriterClient.call_many: one frame, in order, one commit)")
     parser.add_argument("--raw-min-rows", type=int, default=200_000,
                         help="the raw baseline inserts at least this many rows (and at least what the bus committed)")
     parser.add_argument("--raw-min-seconds", type=float, default=3.0,
