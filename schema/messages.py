@@ -414,6 +414,89 @@ class ApprovePairing(Msg):
     approved_by: str
 
 
+# ---------------------------------------------------------------- the dashboard's writes and the daemon log
+
+
+class DaemonLogLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One warning or error line of a service, as its log wrote it (already redacted)."""
+
+    at: float
+    service: str
+    level: str
+    event: str
+    detail: str = "{}"  # the line's other keys, JSON
+
+
+class RecordDaemonLog(Msg):
+    """A service's warnings and errors in a batch (common/daemon_log.py). Rows older than ``before`` (the
+    retention) and beyond the newest ``max_rows`` go in the same commit. Answered ``Done``."""
+
+    lines: list[DaemonLogLine]
+    before: float = 0.0
+    max_rows: Int = 100_000
+
+
+class DashboardAccount(Msg):
+    """A dashboard account change (`starling dashboard user`, the first-run setup link): ``action`` add |
+    passwd | rm | role. A new password, a new role or a removal ends the account's sessions; audited with
+    ``by``. ``first`` (the setup link): added only while no account exists. Answered ``Stored`` (the
+    account's id)."""
+
+    action: str
+    username: str
+    password_hash: str = ""  # argon2id (common/dashboard_accounts.py)
+    role: str = ""
+    by: str = ""
+    first: bool = False
+
+
+class DashboardLogin(Msg):
+    """A login attempt, judged by the control service: ``ok`` opens a session (the token's SHA-256, its CSRF
+    token, its expiry) and clears the account's failures; a failure counts against the account, locked for
+    ``lock_s`` after ``lock_after`` in a row. Audited either way. Answered ``LoginRecorded``."""
+
+    username: str
+    address: str
+    ok: bool
+    reason: str = ""
+    token_hash: str = ""
+    csrf: str = ""
+    expires_at: float = 0.0
+    lock_after: Int = 5
+    lock_s: float = 900.0
+
+
+class DashboardLogout(Msg):
+    """A dashboard session ends (logout). Answered ``Done``."""
+
+    token_hash: str
+    by: str = ""
+
+
+class DashboardAudit(Msg):
+    """A change made from the dashboard, in the audit with the account's name. Answered ``Stored``."""
+
+    account: str
+    action: str
+    target: str = ""
+    detail: str = "{}"  # JSON, no secret values
+
+
+class RefusePairing(Msg):
+    """An operator refuses a pending pairing code: it ends now (the sender may ask again later)."""
+
+    code: str
+    refused_by: str
+
+
+class RevokeSender(Msg):
+    """An operator takes an allowed sender's access to a gateway instance away."""
+
+    instance: str
+    sender: str
+    revoked_by: str
+
+
 # ---------------------------------------------------------------- the sweeper's writes
 # A purge is one bounded step (at most ``max_rows`` rows and about ``max_ms`` inside the writer's
 # transaction), answered by ``Purged``; the sweeper repeats it while ``more`` is true, so no step
@@ -522,6 +605,13 @@ WriteOp = (
     | JobEnded
     | RequestPairing
     | ApprovePairing
+    | RecordDaemonLog
+    | DashboardAccount
+    | DashboardLogin
+    | DashboardLogout
+    | DashboardAudit
+    | RefusePairing
+    | RevokeSender
     | PurgeSessions
     | PurgeAudit
     | PurgeJobs
@@ -635,6 +725,14 @@ class Pairing(Msg):
     expires_at: float = 0.0
 
 
+class LoginRecorded(Msg):
+    """A login attempt as recorded: the account's failed logins in a row since its last good one, and until
+    when it is locked (0: not locked)."""
+
+    failures: Int = 0
+    locked_until: float = 0.0
+
+
 class Queued(Msg):
     """An enqueue stored these outbox rows."""
 
@@ -688,6 +786,7 @@ Result = (
     | BackedUp
     | Queued
     | Pairing
+    | LoginRecorded
     | CronRunEnded
     | Purged
     | Enlisted

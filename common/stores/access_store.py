@@ -31,6 +31,12 @@ PENDING = (
     "SELECT code, instance, sender, chat, sender_name, created_at, expires_at, approved_at FROM pairing_codes"
     " WHERE approved_at IS NULL AND expires_at > ? ORDER BY created_at"
 )
+EXPIRE_CODE = "UPDATE pairing_codes SET expires_at = ? WHERE code = ? AND approved_at IS NULL"
+REVOKE = "DELETE FROM sender_access WHERE instance = ? AND sender = ? AND state = 'allowed'"
+ALLOWED_LIST = (
+    "SELECT instance, sender, created_at, created_by FROM sender_access WHERE state = 'allowed'"
+    " ORDER BY instance, created_at"
+)
 
 
 class Code(NamedTuple):
@@ -79,3 +85,27 @@ def approve_code(conn: apsw.Connection, code: str, now: float) -> bool:
 
 def pending(conn: apsw.Connection, now: float) -> list[Code]:
     return [Code(*row) for row in conn.execute(PENDING, (now,))]
+
+
+class Allowed(NamedTuple):
+    instance: str
+    sender: str
+    created_at: float
+    created_by: str
+
+
+def expire_code(conn: apsw.Connection, code: str, now: float) -> bool:
+    """A refused code ends now (its sender may ask for a new one later)."""
+    conn.execute(EXPIRE_CODE, (now, code))
+    return conn.changes() > 0
+
+
+def revoke(conn: apsw.Connection, instance: str, sender: str) -> bool:
+    """The sender may no longer reach the instance's agent (a stranger again: a pairing code next time)."""
+    conn.execute(REVOKE, (instance, sender))
+    return conn.changes() > 0
+
+
+def allowed(conn: apsw.Connection) -> list[Allowed]:
+    """Every allowed sender, by instance."""
+    return [Allowed(*row) for row in conn.execute(ALLOWED_LIST)]

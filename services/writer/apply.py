@@ -12,7 +12,7 @@ from common.stores import (
     session_store, skill_store, turn_store,
 )
 from schema import messages as m
-from services.writer import lease_ops, retention_ops, schedule_ops
+from services.writer import dashboard_ops, lease_ops, retention_ops, schedule_ops
 from services.writer.lease_clock import lease_of
 
 _json = msgspec.json.Encoder()
@@ -190,6 +190,20 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             access_store.approve_code(conn, code.code, now)
             access_store.allow(conn, code.instance, code.sender, op.approved_by, now)
             return m.Done()
+        case m.RefusePairing():
+            return dashboard_ops.refuse_pairing(conn, op, now)
+        case m.RevokeSender():
+            return dashboard_ops.revoke_sender(conn, op, now)
+        case m.DashboardAccount():
+            return dashboard_ops.account(conn, op, now)
+        case m.DashboardLogin():
+            return dashboard_ops.login(conn, op, now)
+        case m.DashboardLogout():
+            return dashboard_ops.logout(conn, op, now)
+        case m.DashboardAudit():
+            return dashboard_ops.audit(conn, op, now)
+        case m.RecordDaemonLog():
+            return dashboard_ops.daemon_log(conn, op)
         case m.PurgeSessions():
             retention_ops.check_clock(conn, now)
             return retention_ops.purge_sessions(conn, op)
