@@ -277,14 +277,16 @@ class Web(_Section, kw_only=True):
         if not self.base_url and self.search in _SEARCH_DEFAULT_URL:
             msgspec.structs.force_setattr(self, "base_url", _SEARCH_DEFAULT_URL[self.search])
         if self.search == "searxng" and not self.base_url:
-            raise _FieldError("base_url", "required when search = \"searxng\" (your instance, e.g. http://127.0.0.1:8888)")
+            raise _FieldError("base_url", "required when search = \"searxng\": your instance, e.g."
+                              " http://127.0.0.1:8888")
         if self.search in ("brave", "tavily") and not self.api_key:
             raise _FieldError("api_key", f"required when search = \"{self.search}\": a secret's name")
         for net in self.allow_networks:
             try:
                 ipaddress.ip_network(net, strict=False)
             except ValueError:
-                raise _FieldError("allow_networks", f"expected CIDR networks such as 127.0.0.0/8, got {net!r}") from None
+                raise _FieldError("allow_networks",
+                                  f"expected CIDR networks such as 127.0.0.0/8, got {net!r}") from None
 
 
 class Scheduler(_Section, kw_only=True):
@@ -373,7 +375,8 @@ class Config(_Section, kw_only=True):
     def __post_init__(self) -> None:
         name = self.transcription.provider
         if name and name not in self.providers:
-            raise _FieldError("transcription.provider", f"no [providers.{name}]; expected one of: {', '.join(self.providers)}")
+            raise _FieldError("transcription.provider",
+                              f"no [providers.{name}]; expected one of: {', '.join(self.providers)}")
         if name and self.providers[name].kind != "openai":
             raise _FieldError("transcription.provider", f"[providers.{name}] is kind {self.providers[name].kind!r};"
                               " transcription needs an OpenAI-compatible one (kind = \"openai\")")

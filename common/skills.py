@@ -54,7 +54,10 @@ def install(paths: Paths, agent: str, name: str, description: str, body: str) ->
 def with_skill(text: str, names: list[str]) -> bytes:
     """skills.toml's text with its list set to ``names`` (comments and layout kept where there was a list)."""
     line = "skills = [" + ", ".join(f'"{n}"' for n in names) + "]"
-    new = _LIST.sub(line, text, count=1) if _LIST.search(text) else (text or SKILLS_FILE_HEAD).rstrip("\n") + "\n" + line + "\n"
+    if _LIST.search(text):
+        new = _LIST.sub(line, text, count=1)
+    else:
+        new = (text or SKILLS_FILE_HEAD).rstrip("\n") + "\n" + line + "\n"
     if tomllib.loads(new).get("skills") != names:  # an odd layout the pattern misread: write it plainly
         new = SKILLS_FILE_HEAD + line + "\n"
     return new.encode("utf-8")

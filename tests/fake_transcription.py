@@ -188,7 +188,8 @@ class FakeTranscription:
         allowed = ("json", "text") if fields["model"].startswith("gpt-4o") else RESPONSE_FORMATS
         if fmt not in allowed:
             raise _Refused(400, f"response_format '{fmt}' is not compatible with model '{fields['model']}'."
-                                f" Use {' or '.join(repr(a) for a in allowed)}.", "response_format", "unsupported_value")
+                                f" Use {' or '.join(repr(a) for a in allowed)}.", "response_format",
+                           "unsupported_value")
         return fields
 
 

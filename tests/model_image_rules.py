@@ -84,7 +84,8 @@ def openai_image_problem(messages: list) -> tuple[str, str | None, str | None] |
                         f" '{found['mime']}'.", at, "invalid_value")
             raw = _b64(found["data"])
             seen = picture(raw) if raw is not None else None
-            if raw is None or seen is None or seen[0] not in OPENAI_IMAGE_TYPES or seen[3] or len(raw) > OPENAI_IMAGE_MAX:
+            if raw is None or seen is None or seen[0] not in OPENAI_IMAGE_TYPES or seen[3] \
+                    or len(raw) > OPENAI_IMAGE_MAX:
                 return (OPENAI_BAD_IMAGE, None, "invalid_image_format")
             total += len(raw)
             if total > OPENAI_IMAGE_BYTES_MAX:  # (fake's wording)

@@ -182,7 +182,8 @@ def test_anthropic_refuses_what_the_api_refuses():
 
 
 def _openai(url: str, role: str = "user") -> list[dict]:
-    return [{"role": role, "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": url}}]}]
+    parts = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": url}}]
+    return [{"role": role, "content": parts}]
 
 
 def test_openai_refuses_what_the_api_refuses():

@@ -48,7 +48,8 @@ def test_a_skill_drafted_approved_offered_and_loaded(capsys):
         [copy] = list((home.paths.backups_dir / "default").glob("*-skills.toml"))
         assert "skills = []" in copy.read_text() and "No skill drafts waiting." in run(home, capsys, "drafts")[1]
 
-        home.fake.add({"tool_call": {"name": "skill_load", "arguments": {"name": "tide-tables"}}}, {"text": "High tide."})
+        home.fake.add({"tool_call": {"name": "skill_load", "arguments": {"name": "tide-tables"}}},
+                      {"text": "High tide."})
         before = len(home.fake.requests("openai"))
         converse(home, "skills", "when is high tide?", replies=1)
         first, last = home.fake.requests("openai")[before], home.fake.requests("openai")[-1]
@@ -120,7 +121,8 @@ def test_unused_reads_the_audit_window(capsys):
 
 def test_skills_toml_keeps_its_comments_and_a_replaced_skill_its_old_text(tmp_path):
     text = "# my skills\n# keep this\nskills = [\n  \"one\",\n]\n# trailing note\n"
-    assert b"# my skills\n# keep this\nskills = [\"one\", \"two\"]\n# trailing note\n" == with_skill(text, ["one", "two"])
+    kept = b"# my skills\n# keep this\nskills = [\"one\", \"two\"]\n# trailing note\n"
+    assert kept == with_skill(text, ["one", "two"])
     home = make_home()
     try:
         create_pack(home.paths, "default")

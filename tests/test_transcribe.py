@@ -86,7 +86,8 @@ def test_a_failing_service_is_retried_then_the_line_says_why(place, monkeypatch)
 def test_a_refusal_is_not_retried_and_what_the_api_cannot_take_is_not_sent(place):
     fake = FakeTranscription()
     refused = run(fake, lambda url: hear(voice(place[0]), url, place, model="no-such-model"))
-    amr = run(FakeTranscription(), lambda url: hear(voice(place[0], "v.amr", b"#!AMR\n" + bytes(50), "audio"), url, place))
+    amr_note = voice(place[0], "v.amr", b"#!AMR\n" + bytes(50), "audio")
+    amr = run(FakeTranscription(), lambda url: hear(amr_note, url, place))
     big = run(FakeTranscription(), lambda url: hear(voice(place[0], "big.ogg"), url, place, max_mb=0.0001))
     assert 1 == len(fake.requests) and "Invalid model 'no-such-model'" in refused
     assert "not transcribed: its format (amr) is not one the transcription service takes" in amr
@@ -166,3 +167,19 @@ def test_only_the_holder_of_a_turn_may_rewrite_it_and_recall_finds_the_transcrip
         hits = recall_store.search(conn, "pelicans")
     assert ("lease_lost", "[voice note, transcribed] pelicans at dawn") == (code, stored)
     assert [turn_id] == [h.turn_id for h in hits]
+
+
+@pytest.mark.parametrize("text,key,fragment", [
+    ('[transcription]\nprovider = "nope"\n', "transcription.provider", "no [providers.nope]; expected one of: default"),
+    ('[providers.claude]\nkind = "anthropic"\nmodel = "m"\n[transcription]\nprovider = "claude"\n',
+     "transcription.provider", "needs an OpenAI-compatible one"),
+    ('[transcription]\nprovider = "default"\nlanguage = "english"\n', "transcription.language", "expected"),
+])
+def test_the_config_names_what_is_wrong(tmp_path, text, key, fragment):
+    from common.config import load_config
+    from common.errors import ConfigError
+
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "config.toml")
+    assert key in str(err.value) and fragment in str(err.value)

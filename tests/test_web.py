@@ -240,3 +240,18 @@ def test_web_search_is_offered_only_with_a_provider(ctx):
     assert ["web_fetch"] == names()
     with_web(ctx, search="searxng", base_url="http://127.0.0.1:1")
     assert ["web_fetch", "web_search"] == names()
+
+
+@pytest.mark.parametrize("text,key,fragment", [
+    ('[web]\nsearch = "searxng"\n', "web.base_url", "required when search = \"searxng\""),
+    ('[web]\nsearch = "brave"\n', "web.api_key", "required when search = \"brave\""),
+    ('[web]\nallow_networks = ["10.0.0.0/33"]\n', "web.allow_networks", "expected CIDR networks"),
+])
+def test_the_web_config_names_what_is_wrong(tmp_path, text, key, fragment):
+    from common.config import load_config
+    from common.errors import ConfigError
+
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "config.toml")
+    assert key in str(err.value) and fragment in str(err.value), str(err.value)

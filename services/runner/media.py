@@ -93,7 +93,8 @@ def sniff(path: Path) -> str:
     if head.startswith(b"%PDF-"):
         return "pdf"
     if head.startswith((b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")) \
-            or (head[:4] == b"RIFF" and head[8:12] == b"WEBP") or (head[4:8] == b"ftyp" and head[8:12] in _IMAGE_BRANDS):
+            or (head[:4] == b"RIFF" and head[8:12] == b"WEBP") \
+            or (head[4:8] == b"ftyp" and head[8:12] in _IMAGE_BRANDS):
         return "image"
     if audio_format(head) not in ("", "mp4"):
         return "audio"
@@ -174,7 +175,8 @@ def show(messages: list[Message], attachments_root: Path, provider) -> list[Mess
                 else:
                     part = text[:min(DOC_CHARS, chars_left)]
                     chars_left -= len(part)
-                    cut = f"\n[… cut at {len(part)} characters; the rest: file_read with offset]" if len(part) < len(text) else ""
+                    cut = (f"\n[… cut at {len(part)} characters; the rest: file_read with offset]"
+                           if len(part) < len(text) else "")
                     line = f"{head}{note}]\n<document name=\"{real.name}\">\n{part}{cut}\n</document>"
             elif kind in AUDIO_KINDS:
                 line = f"{head}{note or '; not transcribed: no transcription service is configured'}]"
@@ -293,5 +295,6 @@ def _pdf_text(path: str) -> str:
         return f"\x00the PDF could not be read ({type(exc).__name__})"
     if not parts:
         return "\x00the PDF has no text layer (a scan?)"
-    more = f"\n[the PDF has {len(reader.pages)} pages; the first {PDF_PAGES} were read]" if len(reader.pages) > PDF_PAGES else ""
+    pages = len(reader.pages)
+    more = f"\n[the PDF has {pages} pages; the first {PDF_PAGES} were read]" if pages > PDF_PAGES else ""
     return "\n\n".join(parts)[: DOC_CHARS + 1] + more

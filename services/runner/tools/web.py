@@ -150,7 +150,8 @@ def search_request(cfg: Config, query: str, count: int, key: str) -> tuple[str, 
     web = cfg.web
     base = web.base_url.rstrip("/")
     if web.search == "searxng":
-        return "GET", f"{base}/search?" + urlencode({"q": query, "format": "json"}), {"Accept": "application/json"}, None
+        url = f"{base}/search?" + urlencode({"q": query, "format": "json"})
+        return "GET", url, {"Accept": "application/json"}, None
     if web.search == "brave":
         url = f"{base}/web/search?" + urlencode({"q": query, "count": str(count)})
         return "GET", url, {"Accept": "application/json", "X-Subscription-Token": key}, None
@@ -196,7 +197,8 @@ async def web_search(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             async with session.request(method, url, headers=headers, json=body) as resp:
                 raw = await resp.content.read(2 * 1024 * 1024)
                 if resp.status != 200:
-                    raise ToolError(f"the search service answered HTTP {resp.status}: {raw[:300].decode('utf-8', 'replace')}")
+                    said = raw[:300].decode("utf-8", "replace")
+                    raise ToolError(f"the search service answered HTTP {resp.status}: {said}")
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise ToolError(f"the search service could not be reached ({type(exc).__name__})") from None
     try:
