@@ -90,13 +90,26 @@ def listed_tools(server: str, tools: list[mcp_types.Tool]) -> list[ListedTool]:
     for tool in tools:
         name = model_name(server, tool.name, taken)
         taken.add(name)
-        schema = dict(tool.input_schema or {})
-        schema.setdefault("type", "object")
+        schema = clean_schema(tool.input_schema)
         hints = tool.annotations
         text = (tool.description or tool.title or tool.name).strip()
         out.append(ListedTool(tool.name, name, f"[MCP server {server}] {text}"[:MAX_DESCRIPTION], schema,
                               bool(hints and hints.read_only_hint)))
     return out
+
+
+def clean_schema(schema: Any) -> dict:
+    """A server's input schema as the runner's argument checks and the model APIs take it: an object schema
+    whose properties are each a schema object and whose ``required`` names strings (a server's odd schema
+    must not break a turn)."""
+    schema = dict(schema) if isinstance(schema, dict) else {}
+    schema["type"] = "object"
+    props = schema.get("properties")
+    schema["properties"] = {str(k): (v if isinstance(v, dict) else {}) for k, v in props.items()} \
+        if isinstance(props, dict) else {}
+    required = schema.get("required")
+    schema["required"] = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+    return schema
 
 
 def result_text(result: mcp_types.CallToolResult) -> tuple[str, bool]:
@@ -313,7 +326,7 @@ class Connection:
 
     @property
     def alive(self) -> bool:
-        return self._client is not None and not self._gone.is_set()
+        return self._client is not None and not self._gone.is_set() and not self._stop.is_set()
 
     async def open(self) -> None:
         self.started_at = time.monotonic()

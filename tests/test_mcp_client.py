@@ -405,3 +405,11 @@ def test_doctor_starts_each_server_and_names_the_ones_that_fail():
     assert "exited with status 1" in found["broken"].reason
     [ghost] = [c for c in found.values() if "'ghost'" in c.reason]
     assert "fail" == ghost.status and "does not define" in ghost.reason
+
+
+def test_an_odd_schema_from_a_server_cannot_break_the_argument_checks():
+    from common.mcp_client import clean_schema
+
+    odd = {"type": "array", "properties": {"a": True, "b": {"type": "integer"}}, "required": ["b", 3]}
+    assert {"type": "object", "properties": {"a": {}, "b": {"type": "integer"}}, "required": ["b"]} == clean_schema(odd)
+    assert {"type": "object", "properties": {}, "required": []} == clean_schema(None)
