@@ -77,11 +77,6 @@ def fill(data_dir: Path) -> int:
     return written
 
 
-def top_up(data_dir: Path) -> int:
-    """Take whatever room appeared since (the writer freed its reserve), as a disk that stays full would."""
-    return fill(data_dir)
-
-
 def free(data_dir: Path) -> None:
     (data_dir / FILL).unlink(missing_ok=True)
 

@@ -183,7 +183,7 @@ class Gateway:
                     await asyncio.sleep(backoff.next())
                     continue
                 try:
-                    await self.dead_letters.keep(channel, msg.dedupe_keys[0], raw if raw is not None else
+                    await self.dead_letters.keep(channel, (msg.dedupe_keys or [""])[0], raw if raw is not None else
                                                  dataclasses.asdict(msg), f"{type(exc).__name__}: {error}")
                 except OSError:  # neither the writer nor the file can keep it: held like the writer's condition
                     await asyncio.sleep(backoff.next())

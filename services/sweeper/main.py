@@ -22,7 +22,7 @@ import asyncio
 import sys
 import time
 
-from common import db, health
+from common import db, health, holding
 from common.db import read_tx
 from common.runtime import Runtime
 from common.service import boot
@@ -93,6 +93,9 @@ class Sweeper:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
+            if holding.condition(exc):  # a full disk, a writer away: waited out, tried again on the next tick
+                self.log.warning("sweep_held", part=part, error=str(exc) or type(exc).__name__)
+                return
             self.log.error("sweep_failed", part=part, error=str(exc) or repr(exc), kind=type(exc).__name__,
                            exc_info=True)
             self._reader = None  # a broken read connection is opened again next time
