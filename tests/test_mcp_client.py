@@ -341,16 +341,17 @@ def test_http_server_without_its_header_is_unavailable_with_the_reason(tmp_path)
 
 
 def test_a_call_end_to_end_through_the_runner_asks_then_runs_and_is_audited():
-    from tests.runner_stack import converse, own_home, reader, started, tool_results
+    """...and a server that will not start is named to the model in the system prompt."""
+    from tests.runner_stack import converse, own_home, reader, started, texts, tool_results
     from tests.procs import Proc, start_writer
     from tests.test_runner_tools import approval_id
 
     def edit(text: str) -> str:
-        return text + stdio_config('timeout_s = 10\n')
+        return text + stdio_config('timeout_s = 10\n') + '[mcp.broken]\ncommand = "/bin/false"\n'
 
     with own_home(edit) as home:
         settings = home.paths.agents_dir / "default" / "config.toml"
-        settings.write_text(settings.read_text().replace("mcp = []", 'mcp = ["t"]'))
+        settings.write_text(settings.read_text().replace("mcp = []", 'mcp = ["t", "broken"]'))
         started(home, start_writer(home))
         runner = started(home, Proc(home, "runner"))
         home.fake.add({"tool_call": {"name": "t__echo", "arguments": {"text": "through the runner"}}},
@@ -371,6 +372,9 @@ def test_a_call_end_to_end_through_the_runner_asks_then_runs_and_is_audited():
         runner.stop()
         assert "The server said it." == replies[-1]
         assert "t__echo" in offered and ["echo: through the runner"] == results
+        system = texts(bodies[0])[0]
+        assert "# Unavailable tools" in system and "MCP server 'broken'" in system and "exited with status 1" in system
+        assert not any(name.startswith("broken__") for name in offered)
         assert [("t__echo", "ok")] == [(r.tool, r.outcome) for r in rows if r.outcome != "pending"]
         assert json.loads(rows[-1].arguments) == {"text": "through the runner"}
         assert pid_before, "the runner started the MCP server"
