@@ -134,9 +134,17 @@ def test_dead_letters_go_to_the_table_or_a_file_and_show_in_status_and_doctor(mo
         assert (found.dead_letters, found.dead_letter_files) == (1, 1)
         checks = {c.name: c for c in check_held(home.cfg, home.paths)}
         assert checks["dead letters"].status == WARN and "2 events" in checks["dead letters"].reason
+        spooled = home.paths.spool_dir / "gateway-slack.spool"  # and a gateway's spool, one event not yet stored
+        spooled.parent.mkdir(mode=0o700)
+        spooled.write_text('{"seq":1,"instance":"sl","key":"k","event":{"kind":"events_api","payload":{}},"at":0}\n')
         shown = subprocess.run([sys.executable, "-m", "common.cli", "--home", str(home.root), "status", "--json"],
                                capture_output=True, text=True, cwd=REPO, timeout=60)
-        assert json.loads(shown.stdout)["dead_letters"] == {"table": 1, "files": 1}, shown.stderr
+        report = json.loads(shown.stdout)
+        assert report["dead_letters"] == {"table": 1, "files": 1}, shown.stderr
+        assert report["spools"] == {"gateway-slack": {"events": 1, "bytes": spooled.stat().st_size}}
+        text = subprocess.run([sys.executable, "-m", "common.cli", "--home", str(home.root), "status"],
+                              capture_output=True, text=True, cwd=REPO, timeout=60).stdout
+        assert "dead letters: 2 events passed over" in text and "spool gateway-slack: 1 events" in text
 
         writer = start_writer(home)
 

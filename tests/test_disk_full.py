@@ -158,3 +158,77 @@ async def _fill_and_write(home) -> tuple[int | None, int]:
 def _writer_beat(conn) -> beat_store.Beat:
     with db.read_tx(conn):
         return next(b for b in beat_store.all_beats(conn) if b.service == "writer")
+
+
+class FullFor:
+    """A writer client whose OutboxSent meets a full disk for ``seconds``; counts renewals meanwhile."""
+
+    def __init__(self, client, seconds: float) -> None:
+        self.client, self.until = client, time.monotonic() + seconds
+        self.refused = self.renewed = 0
+
+    def new_key(self) -> str:
+        return self.client.new_key()
+
+    async def call(self, op, key=None):
+        if isinstance(op, m.RenewLease):
+            self.renewed += 1
+        if isinstance(op, m.OutboxSent) and time.monotonic() < self.until:
+            self.refused += 1
+            raise WriteRejected("disk_full", "the data disk is full")
+        return await self.client.call(op, key=key)
+
+
+def test_a_reply_sent_whose_report_cannot_be_stored_is_reported_later_and_never_sent_twice(monkeypatch):
+    from types import SimpleNamespace
+
+    from common.gateway.channel import Sent
+    from common.gateway.delivery import Deliverer
+    from common.stores import outbox_store
+
+    monkeypatch.setattr(holding, "MAX_S", 0.3)
+    lease_s = 1.0
+    home = make_home()
+    writer = start_writer(home)
+    try:
+        async def go():
+            async with home.client("gw", timeout_s=0.2, deadline_s=10) as client:
+                await client.call(m.EnqueueOutbox(instance="t", chat="c", replies=[m.Reply(text="the reply")]))
+                item = (await client.call(m.ClaimOutbox(worker="gw@h", instances=["t"], lease_s=lease_s))).items[0]
+                sends = []
+
+                async def send(item, progress):
+                    sends.append(item.id)
+                    return Sent("p1")
+
+                channel = SimpleNamespace(log=SimpleNamespace(bind=lambda **k: _Quiet()), send=send)
+                full = FullFor(client, seconds=3 * lease_s)  # the report waits three leases long
+                gateway = SimpleNamespace(log=_Quiet(), worker="gw@h", channels={"t": channel},
+                                          svc=SimpleNamespace(cfg=SimpleNamespace(gateways=SimpleNamespace(
+                                              outbox_lease_s=lease_s))), rt=SimpleNamespace(client=full))
+                delivering = asyncio.create_task(Deliverer(gateway)._deliver(item))
+                taken_by_another = []
+                while not delivering.done():  # meanwhile the row is never free for another gateway
+                    other = await client.call(m.ClaimOutbox(worker="other@h", instances=["t"], lease_s=lease_s))
+                    taken_by_another += other.items
+                    await asyncio.sleep(0.1)
+                return sends, full, taken_by_another
+
+        sends, full, taken_by_another = asyncio.run(go())
+        assert sends == [1] and taken_by_another == []  # sent once; its lease kept alive while it waited
+        assert full.refused >= 3 and full.renewed >= 3
+        conn = db.open_reader(home.paths.db_file)
+        with db.read_tx(conn):
+            rows = outbox_store.for_chat(conn, "t", "c")
+        conn.close()
+        assert [(r.state, r.platform_msg_id, r.attempts) for r in rows] == [("sent", "p1", 1)]
+    finally:
+        writer.stop()
+
+
+class _Quiet:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+    def bind(self, **kw):
+        return self

@@ -30,7 +30,7 @@ MIN_ROOM_BYTES = 4 * 1024 * 1024  # beyond the ballast, free space needed to tak
 # (a reply sent is recorded as sent, not sent again when its lease runs out).
 ADMITTED = (m.Heartbeat, m.Ping, m.RenewLease, m.ClaimOutbox, m.OutboxSent, m.OutboxFailed, m.OutboxProgress,
             m.ReleaseOutbox, m.ReleaseTurn)
-_CHUNK = b"\0" * (1024 * 1024)
+CHUNK_BYTES = 1024 * 1024  # one write of the ballast where fallocate is not supported
 
 
 def code_for(exc: BaseException) -> str:
@@ -86,8 +86,9 @@ class Reserve:
                 except OSError as exc:
                     if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                         raise
-                    for _ in range(self.size // len(_CHUNK) + 1):
-                        os.write(fd, _CHUNK)
+                    chunk = os.urandom(CHUNK_BYTES)  # not zeros: a compressing file system would keep no room
+                    for _ in range(self.size // len(chunk) + 1):
+                        os.write(fd, chunk)
                     os.ftruncate(fd, self.size)
                 os.fsync(fd)
             finally:
