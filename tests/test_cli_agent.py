@@ -62,8 +62,8 @@ def test_new_identity_names_the_agent(capsys, root):
 def test_new_agent_config_holds_the_documented_keys(capsys, root):
     cli(capsys, "--home", str(root), "agent", "new", "helper")
     cfg = tomllib.loads((root / "agents/helper/config.toml").read_text())
-    expected = {"provider": "default", "model": "",
-                "tools": ["files", "shell", "memory", "recall", "send", "cron", "jobs"], "approval": {"mode": "ask"}}
+    expected = {"provider": "default", "model": "", "mcp": [], "web_allow": [], "approval": {"mode": "ask"},
+                "tools": ["files", "shell", "memory", "recall", "send", "cron", "jobs", "web", "skills"]}
     assert expected == cfg
 
 
