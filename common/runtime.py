@@ -110,7 +110,7 @@ class Runtime:
         stale = max(cfg.runner.lease_s, cfg.gateways.outbox_lease_s,
                     STALE_AFTER_BEATS * cfg.health.heartbeat_interval_ms / 1000)
         op = m.Enlist(name=ident.name, worker=ident.worker, pid=ident.pid, pid_start=ident.pid_start, host=ident.host,
-                      pid_scope=ident.pid_scope, stale_after_s=stale)
+                      pid_scope=ident.pid_scope, stale_after_s=stale, alert_to=cfg.health.alert_to)
         try:
             enlisted = await holding.call(self.client, op, log=self.log)
         except WriteRejected as exc:

@@ -61,6 +61,9 @@ class ClaimTurn(Msg):
 
     worker: str
     lease_s: float = 60.0
+    # the runner holds no other turn: it may be given one that must run alone (its runner died holding it)
+    alone: bool = False
+    alert_to: str = ""  # "instance:chat" told when a turn is failed for crashing its runner ([health] alert_to)
 
 
 class RenewLease(Msg):
@@ -229,6 +232,7 @@ class Enlist(Msg):
     host: str = ""
     pid_scope: str = ""  # <host boot id>:<pid namespace>
     stale_after_s: float = 180.0  # a predecessor silent this long (no beat) counts as gone where its pid cannot be checked
+    alert_to: str = ""  # "instance:chat" told when a turn the predecessor held is failed for crashing it
 
 
 class Ping(Msg):
@@ -665,10 +669,14 @@ class TurnClaim(Msg):
     attempt: Int
     lease_until: float
     platform_msg_id: str = ""  # the message being answered: replies quote it where the platform threads them
+    alone: bool = False  # its runner died holding it: claim nothing else until it is done
+    alone_waiting: bool = False  # a turn waits for a runner holding nothing: claim no more until yours are done
 
 
 class NoWork(Msg):
     """Nothing to claim right now."""
+
+    alone_waiting: bool = False  # a turn waits for a runner holding nothing: claim again once yours are done
 
 
 class OutboxItem(Msg):
@@ -764,6 +772,7 @@ class Enlisted(Msg):
     predecessor: str = ""  # the worker id it took over ("" when there was none)
     turns: list[Int] = []  # turns handed back to the queue at once
     outbox: list[Int] = []  # outbox rows handed back at once (their attempt counts: the call may have gone out)
+    poisoned: list[Int] = []  # turns failed for having crashed their runner MAX_CRASHES times (the person told)
 
 
 class ClockConfirmed(Msg):

@@ -33,6 +33,10 @@ A step is a JSON object; every key is optional, and {} is the echo answer:
   "retry_after": 0.2              with "status": the Retry-After header (seconds, or an HTTP-date string)
   "message": "...", "code": "..." with "status": the error's message and (OpenAI) code / (Anthropic) type
   "malformed": "not_json" | "wrong_shape"   a 200 whose body is not JSON / JSON of the wrong shape
+  "when": "text"                  only a request whose last user or tool text contains this consumes it
+  "kill_client": true             SIGKILL the process at the other end of the connection (found by its TCP
+                                  port in /proc: a client on this host), the way the kernel's OOM killer
+                                  ends a runner an answer blew up; the request is then never answered
 
 Requests are checked as the real APIs check them (tests/model_api_rules.py: tool results answering tool
 calls once, roles, content, names, max_tokens, the auth and version headers...): a request the real API
@@ -48,6 +52,8 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
+import signal
 import sys
 import time
 from collections import deque
@@ -70,7 +76,7 @@ MAX_DELAY = 60.0
 AUTH_HEADERS = ("authorization", "x-api-key")
 _STEP_KEYS = {
     "api", "delay", "text", "tool_call", "tool_calls", "usage", "status", "retry_after", "message", "code",
-    "malformed", "stop_reason",
+    "malformed", "stop_reason", "when", "kill_client",
 }
 _ANTHROPIC_ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -211,9 +217,9 @@ class FakeModels:
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self._answer("anthropic", request)
 
-    def _take(self, api: str) -> Step | None:
+    def _take(self, api: str, text: str = "") -> Step | None:
         for i, step in enumerate(self._script):
-            if step.get("api") in (None, api):
+            if step.get("api") in (None, api) and step.get("when", "") in text:
                 del self._script[i]
                 return step
         return None
@@ -239,9 +245,15 @@ class FakeModels:
             record["invalid"] = refusal.message
             return _refused(api, refusal)
         body = shown
-        step = self._take(api)
+        step = self._take(api, _last_user_text(api, body))
         record["step"] = step
         step = step or {}
+        if step.get("kill_client"):
+            pid = _client_pid(request)
+            record["killed"] = pid
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+            return _error(api, 503, "the client was killed")
         if step.get("delay"):
             assert self._closing is not None
             try:
@@ -299,6 +311,34 @@ class FakeModels:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
+
+
+def _client_pid(request: web.Request) -> int | None:
+    """The pid of the local process holding the client's end of this request's TCP connection."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if not peer:
+        return None
+    port = f"{peer[1]:04X}"
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[1].rsplit(":", 1)[1] == port:  # the client's local address is our peer
+                inodes.add(fields[9])
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                if os.readlink(f"/proc/{entry}/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
+                    return int(entry)
+        except OSError:
+            continue
+    return None
 
 
 def _error(

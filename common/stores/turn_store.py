@@ -7,6 +7,8 @@ from typing import NamedTuple
 import apsw
 
 MAX_ATTEMPTS = 5  # a turn whose runner died this often is failed instead of taken again
+MAX_CRASHES = 3  # a turn that killed the runner holding it alone this often is failed (a poison turn)
+QUARANTINED = "(t.crashes > 0 OR t.suspect > 0)"  # held when its runner died: it runs alone from then on
 
 INSERT_USER = (
     "INSERT INTO turns (session_id, role, content, sender, sender_name, platform_msg_id, reply_to,"
@@ -27,7 +29,14 @@ NEXT_CLAIMABLE = (
     " AND NOT EXISTS (SELECT 1 FROM turns c WHERE c.session_id = t.session_id"
     "                 AND c.state IN ('pending', 'claimed') AND c.state = 'claimed'"
     "                 AND c.lease_until > ? AND c.id != t.id)"
-    " ORDER BY t.id LIMIT 1"
+    # a quarantined turn goes only to a runner that holds nothing else (?3), and first to it
+    " AND (?3 OR NOT " + QUARANTINED + ")"
+    " ORDER BY CASE WHEN ?3 AND " + QUARANTINED + " THEN 0 ELSE 1 END, t.id LIMIT 1"
+)
+QUARANTINE_WAITING = (  # a quarantined turn at the head of its session, waiting for a runner alone
+    "SELECT 1 FROM turns t WHERE t.state IN ('pending', 'claimed') AND t.state = 'pending' AND " + QUARANTINED +
+    " AND t.id = (SELECT min(h.id) FROM turns h WHERE h.session_id = t.session_id"
+    "             AND h.state IN ('pending', 'claimed')) LIMIT 1"
 )
 TAKE = (
     "UPDATE turns SET state = 'claimed', lease_owner = ?, lease_until = ?, attempts = attempts + 1"
@@ -39,7 +48,25 @@ GIVE_UP = (
 )
 CLAIM_DETAILS = (
     "SELECT t.id, t.session_id, s.agent, s.instance, s.chat, t.sender, t.content, t.attempts, t.lease_until,"
-    " t.platform_msg_id FROM turns t JOIN sessions s ON s.id = t.session_id WHERE t.id = ?"
+    " t.platform_msg_id, " + QUARANTINED + " FROM turns t JOIN sessions s ON s.id = t.session_id WHERE t.id = ?"
+)
+# a gone holder's turns back to the queue without costing an attempt; CRASHED: it held this one alone
+CRASHED = (
+    "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until = NULL, attempts = max(attempts - 1, 0),"
+    " crashes = crashes + 1 WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+SUSPECTED = (
+    "UPDATE turns SET state = 'pending', lease_owner = NULL, lease_until = NULL, attempts = max(attempts - 1, 0),"
+    " suspect = 1 WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
+)
+CRASHES = "SELECT crashes, suspect FROM turns WHERE id = ?"
+FAIL_WAITING = (  # a turn taken out of the queue for good (it crashed its runner too often)
+    "UPDATE turns SET state = 'failed', lease_owner = NULL, lease_until = NULL, error = ?, done_at = ?"
+    " WHERE id = ? AND state IN ('pending', 'claimed')"
+)
+EXPIRED_OWNERS = (
+    "SELECT DISTINCT lease_owner FROM turns WHERE state IN ('pending', 'claimed') AND state = 'claimed'"
+    " AND lease_until <= ?"
 )
 RENEW = (
     "UPDATE turns SET lease_until = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
@@ -125,6 +152,7 @@ class Claim(NamedTuple):
     attempt: int
     lease_until: float
     platform_msg_id: str  # the platform's id of the message this turn answers ("" for none)
+    alone: bool = False  # its runner died holding it: run it alone (claim nothing beside it)
 
 
 def add_user_turn(
@@ -154,21 +182,64 @@ def add_turn(conn: apsw.Connection, session_id: int, role: str, content: str, me
 
 
 def claim_next(conn: apsw.Connection, worker: str, lease_s: float, now: float,
-               lease_now: float | None = None) -> Claim | None:
-    """Lease the next turn that may run; a turn that exhausted MAX_ATTEMPTS is failed and skipped.
-    Leases are judged and written on ``lease_now`` (the writer's lease clock; ``now``, the wall time
-    stamped on a failure, when not given)."""
+               lease_now: float | None = None, alone: bool = False, gave_up: list[int] | None = None) -> Claim | None:
+    """Lease the next turn that may run; a turn that exhausted MAX_ATTEMPTS is failed and skipped (its id
+    appended to ``gave_up``). Leases are judged and written on ``lease_now`` (the writer's lease clock;
+    ``now``, the wall time stamped on a failure, when not given). A quarantined turn (``alone``) goes only
+    to a worker that holds nothing else, and first to it."""
     lease_now = now if lease_now is None else lease_now
     while True:
-        row = conn.execute(NEXT_CLAIMABLE, (lease_now, lease_now)).fetchone()
+        row = conn.execute(NEXT_CLAIMABLE, (lease_now, lease_now, int(alone))).fetchone()
         if row is None:
             return None
         turn_id, attempts = row
         if attempts >= MAX_ATTEMPTS:
             conn.execute(GIVE_UP, (f"gave up after {attempts} attempts", now, turn_id))
+            if gave_up is not None:
+                gave_up.append(turn_id)
             continue
         conn.execute(TAKE, (worker, lease_now + lease_s, turn_id))
-        return Claim(*conn.execute(CLAIM_DETAILS, (turn_id,)).fetchone())
+        return details(conn, turn_id)
+
+
+def details(conn: apsw.Connection, turn_id: int) -> Claim | None:
+    """A turn as a claim shows it (its session's agent, instance and chat, the message it answers)."""
+    row = conn.execute(CLAIM_DETAILS, (turn_id,)).fetchone()
+    return None if row is None else Claim(*row[:-1], alone=bool(row[-1]))
+
+
+def quarantine_waiting(conn: apsw.Connection) -> bool:
+    """Whether a quarantined turn waits at the head of its session for a worker holding nothing else."""
+    return conn.execute(QUARANTINE_WAITING).fetchone() is not None
+
+
+def take_back(conn: apsw.Connection, turn_id: int, worker: str, crashed: str = "") -> bool:
+    """A gone holder's turn is pending again, its attempt given back. ``crashed``: "alone" (it died holding
+    only this one: a crash of this turn's doing) or "among" (holding others too: a suspect); "" (it left
+    cleanly) marks nothing."""
+    if crashed == "alone":
+        conn.execute(CRASHED, (turn_id, worker))
+    elif crashed == "among":
+        conn.execute(SUSPECTED, (turn_id, worker))
+    else:
+        conn.execute(RELEASE, (turn_id, worker))
+    return conn.changes() > 0
+
+
+def crashes(conn: apsw.Connection, turn_id: int) -> tuple[int, bool]:
+    """(crashes of its own, suspect) of a turn."""
+    row = conn.execute(CRASHES, (turn_id,)).fetchone()
+    return (0, False) if row is None else (int(row[0]), bool(row[1]))
+
+
+def fail_waiting(conn: apsw.Connection, turn_id: int, error: str, now: float) -> bool:
+    conn.execute(FAIL_WAITING, (error, now, turn_id))
+    return conn.changes() > 0
+
+
+def expired_owners(conn: apsw.Connection, lease_now: float) -> list[str]:
+    """The workers holding a turn whose lease ran out."""
+    return [row[0] for row in conn.execute(EXPIRED_OWNERS, (lease_now,)) if row[0]]
 
 
 def renew(conn: apsw.Connection, turn_id: int, worker: str, lease_s: float, now: float) -> float | None:

@@ -43,6 +43,8 @@ class Runner:
         self.providers: dict[tuple[str, str], object] = {}
         self.reader = None
         self.active: dict[int, asyncio.Task] = {}
+        self.alone_turn: int | None = None  # a turn whose runner died holding it: nothing runs beside it
+        self.drain = False  # such a turn waits for a runner holding nothing: claim no more until ours are done
         self.slots = asyncio.Semaphore(self.cfg.runner.turns_per_process)
         self.lease_s = self.cfg.runner.lease_s
 
@@ -99,6 +101,9 @@ class Runner:
         events = bus.EventSubscriber(self.svc.endpoints.events, self.svc.key, [m.TOPIC_TURN])
         events.start()
         await self.rt.announce_ready()
+        if self.rt.enlisted is not None and self.rt.enlisted.poisoned:
+            self.log.error("turns_poisoned", turns=self.rt.enlisted.poisoned,
+                           detail="each crashed the runner holding it, time after time: failed, the person told")
         try:
             while True:
                 await self._claim_what_we_can()
@@ -113,10 +118,18 @@ class Runner:
                 await mcp.close_all()  # the MCP servers this runner started stop with it
 
     async def _claim_what_we_can(self) -> None:
-        while not self.slots.locked():
-            result = await self.call(m.ClaimTurn(worker=self.worker, lease_s=self.lease_s))
+        while not self.slots.locked() and self.alone_turn is None:
+            if self.drain and self.active:
+                return  # ours finish first; then this runner claims alone and may take the waiting turn
+            result = await self.call(m.ClaimTurn(worker=self.worker, lease_s=self.lease_s, alone=not self.active,
+                                                 alert_to=self.cfg.health.alert_to))
+            self.drain = result.alone_waiting
             if not isinstance(result, m.TurnClaim):
                 return
+            if result.alone:
+                self.alone_turn = result.turn_id
+                self.log.warning("turn_alone", turn_id=result.turn_id, attempt=result.attempt,
+                                 detail="a runner died holding this turn: it runs with nothing beside it")
             await self.slots.acquire()
             self.active[result.turn_id] = asyncio.create_task(self._work(result))
 
@@ -140,6 +153,8 @@ class Runner:
         finally:
             await cancel_quietly(renewer)
             self.active.pop(claim.turn_id, None)
+            if self.alone_turn == claim.turn_id:
+                self.alone_turn = None
             self.slots.release()
 
     async def _give_up(self, claim: m.TurnClaim, exc: Exception) -> None:

@@ -45,8 +45,7 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
         case m.Inbound():
             return _inbound(conn, op, now, events)
         case m.ClaimTurn():
-            claim = turn_store.claim_next(conn, op.worker, _lease(op.lease_s), now, lease_of(now))
-            return m.NoWork() if claim is None else m.TurnClaim(**claim._asdict())
+            return lease_ops.claim(conn, op, now, events)
         case m.RenewLease():
             return _renew(conn, op, now)
         case m.AppendTurn():
