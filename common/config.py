@@ -64,9 +64,14 @@ def is_loopback(listen: str) -> bool:
 class Control(_Section, kw_only=True):
     listen: str = "127.0.0.1:7820"
     allow_remote: bool = False  # listen on a non-loopback address, on purpose
+    public_url: str = ""  # the dashboard's URL behind the operator's TLS proxy (https: secure cookies, links)
+    dashboard: bool = True  # the dashboard at / (accounts: `starling dashboard user add`)
 
     def __post_init__(self) -> None:
         _check_listen("listen", self.listen)
+        if self.public_url and not re.match(r"^https?://[^\s/?#]+(/[^\s?#]*)?$", self.public_url):
+            raise _FieldError("public_url", f"expected an http(s) URL such as https://starling.example.org,"
+                              f" got {self.public_url!r}")
         if not self.allow_remote and not is_loopback(self.listen):
             raise _FieldError("listen", f"{self.listen!r} is not a loopback address, so the control API and"
                               " /health would be reachable from the network; listen on 127.0.0.1:PORT (put a"
@@ -83,6 +88,9 @@ class Runner(_Section, kw_only=True):
 class Conversation(_Section, kw_only=True):
     max_conversation_turns: Positive = 200
     max_context_ratio: Annotated[float, Meta(gt=0, le=1)] = 0.8
+    # a burst of messages: collect answers those waiting together, followup one turn each, interrupt
+    # restarts the model call (never a tool) with the newcomers (services/runner/turn.py)
+    queue: Literal["collect", "followup", "interrupt"] = "collect"
 
 
 _PROVIDER_DEFAULT_URL = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
@@ -626,6 +634,8 @@ workspace_dir = "workspace"    # agents' working directories (shared/ and privat
 [control]
 listen = "127.0.0.1:7820"      # host:port of /health and the control API (`starling init` picks a free port)
 allow_remote = false           # a non-loopback listen is refused unless this is true
+public_url = ""                # the dashboard's https URL behind a TLS proxy (secure cookies, links)
+dashboard = true               # the dashboard at / (add an account: `starling dashboard user add NAME`)
 
 [runner]
 processes = 2                  # agent-turn workers (1..64)
@@ -635,6 +645,7 @@ lease_s = 60.0                 # a turn's claim; renewed while it runs, taken by
 [conversation]
 max_conversation_turns = 200   # turns kept in a session's history
 max_context_ratio = 0.8        # share of the model's context window a turn may fill (0 < r <= 1)
+queue = "collect"              # a burst: collect (answered together) | followup (a turn each) | interrupt
 
 # Model endpoints by name; agents pick one. base_url and api_key default by kind.
 [providers.default]

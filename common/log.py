@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import deque
 from typing import Any, TextIO
 
 import msgspec
@@ -32,6 +33,26 @@ def _add_process(service: str) -> structlog.types.Processor:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=str)
+
+# Warnings and errors kept for the daemon log (common/daemon_log.py sends them to the writer); None until a
+# service asks for them, so a CLI or a test logs as before.
+_kept: deque | None = None
+KEPT_LEVELS = frozenset(("warning", "error", "critical", "exception"))
+
+
+def keep_warnings(maxlen: int = 2000) -> deque:
+    """From now on every warning or error line (redacted, as printed) is also queued here; the oldest
+    go first when nobody drains it."""
+    global _kept
+    if _kept is None:
+        _kept = deque(maxlen=maxlen)
+    return _kept
+
+
+def _keep_processor(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    if _kept is not None and event_dict.get("level") in KEPT_LEVELS:
+        _kept.append(dict(event_dict))
+    return event_dict
 _FIRST = ("ts", "level", "service", "event")
 
 
@@ -55,6 +76,7 @@ def setup_logging(
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
             _redact_processor,
+            _keep_processor,
             _render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level.lower()),

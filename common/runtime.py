@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Awaitable, Callable
 
-from common import bus, holding, identity
+from common import bus, daemon_log, holding, identity
 from common.config import Config, load_config
 from common.errors import StarlingError, WriteRejected
 from common.health import STALE_AFTER_BEATS
@@ -154,6 +154,8 @@ class Runtime:
         self.client.start()
         try:
             tasks = [asyncio.create_task(self._heartbeats()), asyncio.create_task(self._watch_parent())]
+            tasks.append(asyncio.create_task(daemon_log.ship(  # warnings and errors into the daemon_log table
+                self.client, self.svc.name, lambda: self.svc.cfg.retention.audit_days, self.log)))
             if not announces_ready:  # raced with the stop below: a writer that never answers must not block it
                 tasks.append(asyncio.create_task(self._announce_then_idle(state, detail)))
             tasks.append(asyncio.create_task(self._enlist_then(work)))

@@ -102,7 +102,8 @@ def test_toml_syntax_error(tmp_path):
 
 def test_unknown_key_names_the_key(tmp_path):
     err = error_for(tmp_path, '[control]\nlisen = "127.0.0.1:1"\n')
-    assert ("control.lisen", "unknown key; expected one of: listen, allow_remote") == (err.key, err.reason)
+    assert ("control.lisen", "unknown key; expected one of: listen, allow_remote, public_url, dashboard") == (
+        err.key, err.reason)
 
 
 def test_unknown_top_level_key(tmp_path):

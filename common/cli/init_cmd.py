@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from common import personas, ports, registry
+from common import dashboard_setup, personas, ports, registry
 from common.cli import output
 from common.cli.context import shown
 from common.config import default_config_text, load_config
@@ -77,6 +77,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     print("Next:")
     for command, why in steps:
         print(f"  starling{home_flag} {command.ljust(width)}   # {why}")
+    if cfg.control.dashboard and not _has_accounts(paths):
+        print(f"\nThe dashboard, once Starling is up: {dashboard_setup.link(paths, cfg)}\n  (a one-time link that makes"
+              f" the first admin account; or `starling{home_flag} dashboard user add NAME`)")
     return 0
 
 
@@ -88,3 +91,21 @@ def _control_port() -> int:
         if port.isdigit():
             taken.add(int(port))
     return ports.free_control_port(taken=taken)
+
+
+def _has_accounts(paths) -> bool:
+    """Whether the dashboard has an account already (a home made before): then no setup link is made."""
+    if not paths.db_file.exists():
+        return False
+    from common import db
+    from common.stores import dashboard_store
+
+    try:
+        conn = db.open_reader(paths.db_file)
+        try:
+            with db.read_tx(conn):
+                return dashboard_store.account_count(conn) > 0
+        finally:
+            conn.close()
+    except Exception:  # noqa: BLE001 - an old schema or a damaged file: doctor says so; no link then
+        return True

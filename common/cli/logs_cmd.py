@@ -43,6 +43,8 @@ def register(verbs) -> None:
     logs.add_argument("--level", type=_level, metavar="L", help="lines at this level or above: debug, info, warning,"
                       " error, critical")
     logs.add_argument("--json", action="store_true", help="print the raw JSON lines")
+    logs.add_argument("--db", action="store_true", help="the warnings and errors every service stored in the"
+                      " database (daemon_log): no log file needed")
     logs.set_defaults(func=cmd_logs)
 
 
@@ -370,6 +372,10 @@ def follow(
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    if getattr(args, "db", False):
+        from common.cli import logs_db
+
+        return logs_db.show(args)
     ctx = Context.from_args(args)
     logs_dir = ctx.paths.logs_dir
     if args.service:

@@ -34,6 +34,7 @@ VERB_MODULES = (
     "common.cli.cron_cmd",
     "common.cli.skills_cmd",
     "common.cli.whatsapp_cmd",
+    "common.cli.dashboard_cmd",
     "common.cli.retention_cmd",
     "common.cli.mcp_cmd",
 )

@@ -48,6 +48,7 @@ class Control:
         self.supervisor = Supervisor(svc.paths)
         self.mcp = McpEndpoint(svc.paths, svc.cfg, svc.log)  # /mcp: the read-only MCP server
         self.alerts: set[asyncio.Task] = set()
+        self.dashboard = None  # the dashboard at / (services/control/dashboard/), unless [control] dashboard = false
 
     # ------------------------------------------------------------ health
 
@@ -128,6 +129,13 @@ class Control:
         shown = report if self.authorised(request) else health.public(report)
         return web.json_response(shown, status=503 if report["status"] == "down" else 200)
 
+    async def processes(self) -> list[dict]:
+        """supervisord's view of the processes; [] without a supervisord (systemd, a test)."""
+        try:
+            return [p.__dict__ for p in await asyncio.to_thread(self.supervisor.processes)]
+        except StarlingError:
+            return []
+
     async def api_status(self, _request: web.Request) -> web.Response:
         beats = self._beats() or []
         try:
@@ -145,6 +153,11 @@ class Control:
         app.router.add_get("/livez", self.livez)
         app.router.add_get("/health", self.health_endpoint)
         app.router.add_get("/api/status", self.api_status)
+        if self.svc.cfg.control.dashboard:
+            from services.control.dashboard import Deps, install
+
+            self.dashboard = install(app, Deps(self.svc.paths, lambda: self.svc.cfg, self.log, self.rt.client,
+                                               self.report, self.processes))
         app.router.add_route("*", "/mcp", self.mcp.handle)
         return app
 
@@ -167,6 +180,8 @@ async def serve(rt: Runtime) -> None:
         await control.watch()
     finally:
         server.close()
+        if control.dashboard is not None:
+            await control.dashboard.close()  # its log streams end now, not at aiohttp's shutdown timeout
         await runner.cleanup()
         await control.mcp.close()
 

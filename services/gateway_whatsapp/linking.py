@@ -16,6 +16,7 @@ import secrets
 import time
 from typing import Callable
 
+from common import whatsapp_qr
 from common.errors import StarlingError
 from common.home import Paths
 from services.gateway_whatsapp import linked
@@ -44,8 +45,9 @@ def render_qr(code: str) -> str:
 class _Pairing:
     """linked.Events for `link`: shows the codes, and settles ``done`` with the account or an error."""
 
-    def __init__(self, show: Show, qr: Callable[[str], str]) -> None:
+    def __init__(self, show: Show, qr: Callable[[str], str], shown: Callable[[str, str], None] | None = None) -> None:
         self.show = show
+        self.shown = shown or (lambda _kind, _code: None)  # the code for the dashboard too (common/whatsapp_qr.py)
         self.render = qr
         self.account = ""
         self.paired_once = False
@@ -56,10 +58,12 @@ class _Pairing:
             self.done.set_exception(StarlingError(why))
 
     async def qr(self, code: str) -> None:
+        self.shown("qr", code)
         self.show("Scan this with WhatsApp on the phone: Settings → Linked devices → Link a device\n"
                   + self.render(code))
 
     async def pair_code(self, code: str) -> None:
+        self.shown("pair", code)
         self.show(f"On the phone: WhatsApp → Settings → Linked devices → Link a device → Link with phone number"
                   f" instead, and enter:\n\n    {code}\n")
 
@@ -100,7 +104,7 @@ async def link(paths: Paths, instance: str, phone: str = "", *, show: Show = pri
             show("Removing the previous session" + (f" ({LogoutReason[old.logged_out].value})"
                                                     if old and old.logged_out in LogoutReason.__members__ else ""))
             store.clear()
-        events = _Pairing(show, qr)
+        events = _Pairing(show, qr, lambda kind, code: whatsapp_qr.write(paths, instance, kind, code))
         client = make(instance, store, events, _CliLog(show))
         try:
             await client.pair(phone)
@@ -108,6 +112,7 @@ async def link(paths: Paths, instance: str, phone: str = "", *, show: Show = pri
         except asyncio.TimeoutError:
             raise StarlingError(f"not linked within {timeout_s:.0f}s; run the command again for new codes") from None
         finally:
+            whatsapp_qr.clear(paths, instance)
             await client.close()  # saves the session before the record says it is there
         record = LinkRecord(account=account, linked_at=time.time(), session=secrets.token_hex(8))
         record.write(store)

@@ -18,7 +18,7 @@ import apsw
 import msgspec
 import zmq
 
-from common import bus, db
+from common import bus, daemon_log, db
 from common.errors import StarlingError
 from common.service import Service, boot, notify_systemd, watchdog_interval_s
 from common.stores import db_store, schema_store
@@ -53,7 +53,6 @@ class _EncodedRequests(msgspec.Struct, tag="Requests"):
 _id_decoder = msgspec.msgpack.Decoder(_RequestId)
 _one_decoder = msgspec.msgpack.Decoder(m.Request)
 _apart_decoder = msgspec.msgpack.Decoder(_EncodedRequests)
-
 
 
 class Writer:
@@ -100,6 +99,7 @@ class Writer:
         self.backup_waiters: list[tuple[bytes, int, str]] = []  # (client, request id, key)
         self.carry: list[tuple[bytes, m.Request]] = []  # requests received past batch_max, for the next batch
         self.maintenance_answers: dict[str, m.Result] = {}
+        self.own_log = daemon_log.Local(svc.name, self.epoch)  # its warnings and errors, into daemon_log
 
     # ------------------------------------------------------------ receiving
 
@@ -365,6 +365,8 @@ class Writer:
             self.maint.on_timer(now)
             self.reserve.on_timer(now)
             self._expire_approvals(now)
+            for req in self.own_log.requests(now, self.svc.cfg.retention.audit_days):  # its own warnings
+                self._commit_batch([(b"", req)])
             for topic, cls, fields in _hints(self.clock.on_timer(self.conn, now)):
                 self._publish(topic, cls, fields)
             if self.maint.backup is not None:
