@@ -26,6 +26,8 @@ from services.control.dashboard import fmt
 from services.control.dashboard.auth import Auth
 
 HERE = Path(__file__).resolve().parent
+# the request's session (auth.py), under a typed key where aiohttp has them
+SESSION = web.RequestKey("session", object) if hasattr(web, "RequestKey") else "session"
 WRITE_TIMEOUT_S = 15.0
 NOT_ANSWERED = "Starling's writer did not answer, so nothing was changed; the Overview page shows its state."
 
@@ -94,7 +96,7 @@ class Dashboard:
     # ------------------------------------------------------------ rendering
 
     def render(self, request: web.Request, template: str, status: int = 200, **context) -> web.Response:
-        session = request.get("session")
+        session = request.get(SESSION)
         flash = self.flashes.pop(session.token_hash, None) if session is not None else None
         page = self.env.get_template(template).render(
             session=session, csrf=session.csrf if session else context.pop("csrf", ""), flash=flash,
@@ -102,12 +104,12 @@ class Dashboard:
             error=context.pop("error", ""), **context)
         return web.Response(text=page, status=status, content_type="text/html", headers=_NO_STORE)
 
-    def done(self, request: web.Request, where: str, text: str) -> web.HTTPSeeOther:
+    def done(self, request: web.Request, where: str, text: str) -> web.Response:
         """After a change: back to the page (a reload does not repeat it), with ``text`` shown once."""
-        self.flashes[request["session"].token_hash] = ("ok", text)
+        self.flashes[request[SESSION].token_hash] = ("ok", text)
         if len(self.flashes) > 1000:
             self.flashes.pop(next(iter(self.flashes)))
-        return web.HTTPSeeOther(where)
+        return redirect(where)
 
     # ------------------------------------------------------------ writes
 
@@ -124,7 +126,7 @@ class Dashboard:
 
     async def audit(self, request: web.Request, action: str, target: str = "", **detail) -> None:
         """The audit row of a change made from here, with the account's name (never a secret value)."""
-        op = m.DashboardAudit(account=request["session"].username, action=action, target=target,
+        op = m.DashboardAudit(account=request[SESSION].username, action=action, target=target,
                               detail=json.dumps(detail, sort_keys=True, default=str))
         try:
             await self.deps.call(op)
@@ -143,9 +145,9 @@ class Dashboard:
                 return self.failure(request, exc, "The database cannot be read right now.")
             if session is None:
                 if request.method == "GET":
-                    return web.HTTPSeeOther("/login?next=" + _quote_next(request.path_qs))
+                    return redirect("/login?next=" + _quote_next(request.path_qs))
                 return self.plain(request, 403, "Your session has ended; log in again.")
-            request["session"] = session
+            request[SESSION] = session
             if kind != "view":
                 form = await request.post()
                 if not self.auth.same_origin(request) or not self.auth.csrf_ok(str(form.get("csrf", "")),
@@ -190,3 +192,8 @@ def _quote_next(path: str) -> str:
 def safe_next(value: str) -> str:
     """Where a login goes next: a path of this site only (never another host)."""
     return value if value.startswith("/") and not value.startswith("//") and "\\" not in value else "/"
+
+
+def redirect(where: str) -> web.Response:
+    """303 See Other: after a POST, the browser GETs ``where`` (a reload does not post again)."""
+    return web.Response(status=303, headers={"Location": where, "Cache-Control": "no-store"})

@@ -173,6 +173,6 @@ class Auth:
 
     async def logout(self, request: web.Request, session: dashboard_store.Session) -> web.StreamResponse:
         await self.deps.call(m.DashboardLogout(token_hash=session.token_hash, by=session.username))
-        response = web.HTTPSeeOther("/login")
+        response = web.Response(status=303, headers={"Location": "/login"})
         response.del_cookie(self.cookie, path="/")
         return response

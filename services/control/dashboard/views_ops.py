@@ -15,13 +15,13 @@ from common.personas import list_packs
 from common.stores import access_store, approval_store, cron_store, session_store
 from common.stores import dashboard_views_store as views
 from schema import messages as m
-from services.control.dashboard.app import Dashboard, FormError
+from services.control.dashboard.app import SESSION, Dashboard, FormError
 
 RUNS_SHOWN = 30
 
 
 def _by(request: web.Request) -> str:
-    return f"dashboard:{request['session'].username}"
+    return f"dashboard:{request[SESSION].username}"
 
 
 # ------------------------------------------------------------------ approvals
@@ -213,7 +213,7 @@ async def cron_save(d: Dashboard, request: web.Request) -> web.StreamResponse:
 async def cron_change(d: Dashboard, request: web.Request) -> web.StreamResponse:
     form = await request.post()
     name, action = str(form.get("name", ""))[:100], request.match_info["action"]
-    user = request["session"].username
+    user = request[SESSION].username
     op, done = {
         "enable": (m.CronSetEnabled(name=name, enabled=True),
                    f"Enabled cron job {name!r}: it runs from its next scheduled time."),

@@ -15,7 +15,7 @@ from common.errors import InvalidInput, StarlingError
 from common.stores import beat_store, dashboard_store, dashboard_views_store as views
 from schema import messages as m
 from services.control.dashboard import chart
-from services.control.dashboard.app import Dashboard, FormError, safe_next
+from services.control.dashboard.app import SESSION, Dashboard, FormError, redirect, safe_next
 
 MAX_DAYS = 366
 
@@ -63,13 +63,13 @@ async def login(d: Dashboard, request: web.Request) -> web.StreamResponse:
         except InvalidInput:
             shown = ""
         return _login_page(d, request, 429 if "Too many" in why else 401, why, shown)
-    response = web.HTTPSeeOther(safe_next(str(form.get("next", "/"))))
+    response = redirect(safe_next(str(form.get("next", "/"))))
     d.auth.start_session(response, token)
     return response
 
 
 async def logout(d: Dashboard, request: web.Request) -> web.StreamResponse:
-    return await d.auth.logout(request, request["session"])
+    return await d.auth.logout(request, request[SESSION])
 
 
 async def setup_form(d: Dashboard, request: web.Request) -> web.StreamResponse:
@@ -98,7 +98,7 @@ async def setup(d: Dashboard, request: web.Request) -> web.StreamResponse:
         shown = str(form.get("name", "")) if isinstance(exc, FormError) else ""
         return d.render(request, "setup.html", status=400, token=token, name=shown, error=str(exc))
     dashboard_setup.used(d.deps.paths)
-    return web.HTTPSeeOther("/login")
+    return redirect("/login")
 
 
 # ------------------------------------------------------------------ overview

@@ -87,7 +87,7 @@ async def transcript(d: Dashboard, request: web.Request) -> web.StreamResponse:
     entries = [{"line": line, "attachments": _attachments(d, line.attachments),
                 "tools": by_turn.get(line.id, []) if line.role == "user" else [],
                 "approvals": asked.get(line.id, []) if line.role == "user" else []} for line in lines]
-    return d.render(request, "transcript.html", session=session, entries=entries)
+    return d.render(request, "transcript.html", conv=session, entries=entries)
 
 
 async def attachment(d: Dashboard, request: web.Request) -> web.StreamResponse:

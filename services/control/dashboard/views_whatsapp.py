@@ -13,7 +13,7 @@ import time
 from aiohttp import web
 
 from common import whatsapp_qr
-from services.control.dashboard.app import Dashboard
+from services.control.dashboard.app import SESSION, Dashboard
 
 LINK_TIMEOUT_S = 180
 
@@ -23,7 +23,7 @@ def _instances(d: Dashboard) -> list[str]:
 
 
 def _admin_only(d: Dashboard, request: web.Request) -> web.Response | None:
-    if request["session"].role != "admin":
+    if request[SESSION].role != "admin":
         return d.plain(request, 403, "Only an admin may see a linking code: it links a phone to this Starling.")
     return None
 
