@@ -9,11 +9,13 @@ gateway's config and secrets from ``gateway_config``.
 
 For streams under crashes (tests/test_*_durability.py): ``stream_plan`` and ``Feeder`` send each
 conversation's messages on a schedule from a thread of their own, ``repeats_per_kill`` says which kill
-each repeated reply belongs to, ``log_events`` reads a service's JSON log lines."""
+each repeated reply belongs to, ``check_sequence`` judges what one conversation got (every message answered
+exactly once, in order, duplicates anywhere counted), ``log_events`` reads a service's JSON log lines."""
 
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -27,9 +29,9 @@ from tests.fake_models import FakeModelsProcess
 from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
 
 
-def base_config(model_url: str) -> str:
+def base_config(model_url: str, runner_lease_s: float = 3) -> str:
     return (
-        "[runner]\nprocesses = 1\nlease_s = 3\n"
+        f"[runner]\nprocesses = 1\nlease_s = {runner_lease_s:g}\n"
         "[providers.default]\n"
         f'kind = "openai"\nbase_url = "{model_url}"\napi_key = "openai"\nmodel = "fake-model"\n'
         "context_window = 100000\n"
@@ -40,7 +42,8 @@ def base_config(model_url: str) -> str:
 class GatewayStack:
     service = ""  # e.g. "gateway_telegram"
 
-    def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", runners: int = 1, **fake) -> None:
+    def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", runners: int = 1,
+                 runner_lease_s: float = 3, **fake) -> None:
         self.fake_model = self.fake = self.writer = self.gateway = None
         self.runners: list[Proc] = []
         self.extra_procs: list[Proc] = []
@@ -51,7 +54,7 @@ class GatewayStack:
             self.fake = self.start_fake(home.root, **fake)
             gateway_text, secrets = self.gateway_config(gateway)
             extra = extra.replace("{MODEL_URL}", self.fake_model.url)  # a second provider on the same fake
-            self.home = make_home(base_config(self.fake_model.openai_url) + gateway_text + extra, root=home.root)
+            self.home = make_home(base_config(self.fake_model.openai_url, runner_lease_s) + gateway_text + extra, root=home.root)
             set_secret(self.home.paths.secrets_file, "openai", "sk-test-not-a-real-key-1234")
             for name, value in secrets.items():
                 set_secret(self.home.paths.secrets_file, name, value)
@@ -101,6 +104,23 @@ class GatewayStack:
         if restart:
             self.writer = start_writer(self.home)
         return self.writer
+
+    def kill_all(self, restart: bool = True) -> float:
+        """kill -9 every process at once (a whole-service crash: the gateway, the runners, the writer), then
+        start them again as production would, the writer first. Returns the time of the kill."""
+        procs = [p for p in (self.gateway, *self.runners, self.writer) if p is not None]
+        for proc in procs:
+            proc.popen.send_signal(signal.SIGKILL)
+        killed = time.time()
+        for proc in procs:
+            proc.popen.wait(10)
+            proc.stop()
+        self.gateway = self.writer = None
+        if restart:
+            self.writer = start_writer(self.home)
+            self.runners = [Proc(self.home, "runner", "--name", f"runner-{i}") for i in range(len(self.runners))]
+            self.start_gateway(*self._gateway_args)
+        return killed
 
     def reader(self):
         return db.open_reader(self.home.paths.db_file)
@@ -223,3 +243,21 @@ def repeats_per_kill(copies: dict[str, list[float]], kills: list[tuple[str, floa
             key = between[-1] if between else "none"
             per_kill[key] = per_kill.get(key, 0) + 1
     return per_kill
+
+
+def check_sequence(what: str, messages: list[str], answers: list[str]) -> int:
+    """Judge the answers one conversation got, in the order they reached the platform, against its
+    messages in the order they were sent (answer i is ``echo: <message i>``): every message answered, no
+    answer to nothing, and the answers' message indices never go down, so a copy that comes after a later
+    message's answer (a non-adjacent duplicate) is an order violation however far apart. Returns the number
+    of duplicates (copies beyond the first, adjacent ones included) for the caller to judge."""
+    index = {f"echo: {t}": i for i, t in enumerate(messages)}
+    unknown = [a for a in answers if a not in index]
+    assert not unknown, f"{what}: answers to no message sent: {unknown[:5]}"
+    got = [index[a] for a in answers]
+    missing = sorted(set(range(len(messages))) - set(got))
+    assert not missing, f"{what}: messages never answered: {[messages[i] for i in missing[:5]]}"
+    backwards = [(p, got[p - 1], got[p]) for p in range(1, len(got)) if got[p] < got[p - 1]]
+    assert not backwards, (f"{what}: answers out of order (position, previous message, this message): "
+                           f"{backwards[:5]} in {got}")
+    return len(got) - len(messages)

@@ -16,9 +16,9 @@ class Stack(GatewayStack):
     service = "gateway_telegram"
 
     def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", tokens=(DEFAULT_TOKEN,),
-                 runners: int = 1) -> None:
+                 runners: int = 1, runner_lease_s: float = 3) -> None:
         self.tokens = list(tokens)
-        super().__init__(root, extra, gateway, runners)
+        super().__init__(root, extra, gateway, runners, runner_lease_s)
 
     @property
     def tg(self) -> FakeTelegramProcess:

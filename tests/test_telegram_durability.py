@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 
 from common.db import read_tx
 from common.stores import outbox_store, turn_store
-from tests.gateway_stack import Feeder, log_events, repeats_per_kill, stream_plan
+from tests.gateway_stack import Feeder, check_sequence, log_events, repeats_per_kill, stream_plan
 from tests.procs import wait_until
 from tests.telegram_stack import stack
 
@@ -157,7 +157,7 @@ def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
         # answered, each in order (a repeat comes right after its first copy: a chat's head row is resent)
         got = replies_by_chat(s)
         for u in USERS:
-            assert list(dict.fromkeys(got[u])) == [f"echo: {t}" for t in expected[u]], f"chat {u}: {got[u]}"
+            check_sequence(f"chat {u}", expected[u], got[u])
         assert max(counts.values()) <= 2, {t: n for t, n in counts.items() if n > 2}
 
         # each repeat belongs to the kill between its two copies
@@ -174,6 +174,60 @@ def test_kill_gateway_runner_and_writer_during_a_stream_loses_nothing():
         assert all(n <= 1 for n in per_kill.values()), per_kill
         assert retaken_rows >= 3  # the rows the killed gateway held, taken again once its lease ran out
         assert db["retaken_turns"] >= 1  # the killed runner held a turn, and another runner finished it
+        assert s.tg.pending_updates() == []
+        for proc in (s.gateway, s.writer, *s.runners):
+            assert proc.alive(), proc.log_text()[-2000:]
+
+
+GATEWAY_60 = GATEWAY.replace("outbox_lease_s = 3", "outbox_lease_s = 60")
+
+
+def test_every_process_killed_at_once_during_a_stream_loses_nothing_and_waits_out_no_lease():
+    """A whole-service crash: the gateway, both runners and the writer killed -9 at the same instant while
+    runners hold turns and the gateway holds outbox rows, then started again. Leases are Starling's 60 s
+    here, so a turn or row waiting for its lease would show: each is taken back at once (its holder is
+    provably gone, tests/test_twins.py), every message answered once, in order."""
+    with stack(gateway=GATEWAY_60, runners=2, runner_lease_s=60) as s:
+        s.fake_model.add(*[{"delay": 0.3}] * 400)
+        s.start_gateway()
+        reader = s.reader()
+
+        def in_state(state: str) -> set[int]:
+            with read_tx(reader) as conn:
+                return {t.id for u in USERS for t in turn_store.user_turns_for_chat(conn, INSTANCE, str(u))
+                        if t.state == state}
+
+        def held_rows() -> int:
+            with read_tx(reader) as conn:
+                return outbox_store.count_by_state(conn).get("claimed", 0)
+
+        with feeder(s.tg) as feed:
+            time.sleep(2.5)
+            wait_until(lambda: in_state("claimed") and held_rows() >= 1, timeout=5, interval=0.02,
+                       what="runners to hold turns and the gateway outbox rows")
+            held = in_state("claimed")
+            rows = held_rows()
+            killed = s.kill_all()
+            back = time.time()
+        expected = feed.finish()
+        # the turns the killed runners held: done well inside their 60 s leases after the restart
+        wait_until(lambda: held <= in_state("done"), timeout=20, what="the held turns to be finished")
+        taken_in = time.time() - back
+        wait_answered(s, expected)
+
+        got = replies_by_chat(s)
+        duplicates = {u: check_sequence(f"chat {u}", expected[u], got[u]) for u in USERS}
+        copies: dict[str, list[float]] = defaultdict(list)
+        for r in s.tg.sent():
+            copies[r["text"]].append(r["ts"])
+        per_kill = repeats_per_kill(copies, [("all", killed)])
+        db = check_database(s, expected)
+        print(f"\nturns held at the kill: {len(held)}, outbox rows: {rows}; the turns all done {taken_in:.1f} s after the restart;"
+              f" duplicates: {sum(duplicates.values())} {per_kill}; turns retaken: {db['retaken_turns']}")
+        assert taken_in < 20
+        assert per_kill.get("none", 0) == 0, per_kill
+        assert per_kill["all"] <= 2, per_kill  # at most a reply in flight per sender (one Bot API call at once)
+        assert db["retaken_turns"] == 0  # taken back from a provably dead holder: no attempt lost
         assert s.tg.pending_updates() == []
         for proc in (s.gateway, s.writer, *s.runners):
             assert proc.alive(), proc.log_text()[-2000:]
