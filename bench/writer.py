@@ -13,8 +13,10 @@
    several does (a Telegram getUpdates batch: ``WriterClient.call_many``, one frame, one commit),
    its latency the time to the last of them.
 2. The same rows (same 80 sessions, same texts) inserted by this process directly with apsw in
-   1,000-row transactions under the writer's pragmas (``db.open_writer``: WAL, synchronous=FULL)
-   and the writer's checkpoint policy: the physical limit of this machine.
+   1,000-row transactions: what a bus write stores, each turn with its inbound_keys row (its dedupe
+   key) and its session's last_active_at touched, through the same indexes and FTS triggers, under
+   the writer's pragmas (``db.open_writer``: WAL, synchronous=FULL) and the writer's checkpoint
+   policy: the physical limit of this machine.
 3. The number of turns in the bus run's database is checked against the number of acked writes.
 
 The last line of output is one JSON object:
@@ -299,7 +301,7 @@ class _QuietLog:
 def run_raw(args: argparse.Namespace, cfg, rows_target: int, raw_dir: Path) -> dict:
     """The same rows by one process, straight into SQLite in 1,000-row transactions; rows/s."""
     from common import db
-    from common.stores import db_store, schema_store, session_store, turn_store
+    from common.stores import db_store, keys_store, schema_store, session_store, turn_store
     from services.writer.maintenance import Maintenance
 
     db_file = raw_dir / "data" / "starling.db"
@@ -321,18 +323,25 @@ def run_raw(args: argparse.Namespace, cfg, rows_target: int, raw_dir: Path) -> d
         elapsed = 0.0
         i = 0
         while rows < rows_target or elapsed < args.raw_min_seconds:
-            batch = []
+            batch, keys, touches = [], [], []
             for _ in range(RAW_BATCH):
                 p = i % args.producers
                 j = i // args.producers
-                batch.append((sessions[(p, j % CHATS_PER_PRODUCER)], turn_text(p, j), sender_name(p, j), now))
+                session_id = sessions[(p, j % CHATS_PER_PRODUCER)]
+                batch.append((session_id, turn_text(p, j), sender_name(p, j), now))
+                keys.append((f"bench:{p}:{j}", rows + len(batch), now))  # the turn's id: a fresh table, ids from 1
+                touches.append((now, session_id))
                 i += 1
             t0 = time.perf_counter()  # timed: the transaction and the checkpoint policy, not building tuples
             db_store.begin(conn)
+            session_store.touch_many(conn, touches)
             turn_store.insert_raw(conn, batch)
+            keys_store.remember_inbound_many(conn, keys)
             db_store.commit(conn)
             maint.after_commit()
             elapsed += time.perf_counter() - t0
+            if conn.last_insert_rowid() != rows + len(batch):  # the inbound keys named the right turns
+                raise RuntimeError(f"raw baseline: turn ids not from 1 (last {conn.last_insert_rowid()})")
             rows += len(batch)
             if rows >= 50 * rows_target:  # safety bound
                 break

@@ -47,6 +47,11 @@ def remember_inbound(conn: apsw.Connection, keys: list[str], turn_id: int, now: 
         conn.execute(PUT_INBOUND, (key, turn_id, now))
 
 
+def remember_inbound_many(conn: apsw.Connection, rows: list[tuple[str, int, float]]) -> None:
+    """Bulk (key, turn_id, created_at): the benchmark's baseline, the rows ``remember_inbound`` stores."""
+    conn.executemany(PUT_INBOUND, rows)
+
+
 def prune_inbound(conn: apsw.Connection, older_than: float, limit: int) -> int:
     conn.execute(PRUNE_INBOUND, (older_than, limit))
     return conn.changes()

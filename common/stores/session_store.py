@@ -70,6 +70,11 @@ def touch(conn: apsw.Connection, session_id: int, now: float) -> None:
     conn.execute(TOUCH, (now, session_id))
 
 
+def touch_many(conn: apsw.Connection, rows: list[tuple[float, int]]) -> None:
+    """Bulk (now, session_id) touches: the benchmark's baseline, as ``open_session`` does per message."""
+    conn.executemany(TOUCH, rows)
+
+
 def set_summary(conn: apsw.Connection, session_id: int, summary: str, upto_turn_id: int) -> bool:
     """Compaction: the turns up to ``upto_turn_id`` are now represented by ``summary``."""
     conn.execute(SET_SUMMARY, (summary, upto_turn_id, session_id))
