@@ -392,3 +392,38 @@ def test_the_setup_link_makes_the_first_account_only_while_there_is_none(home):
     bogus, form, used, text = run(home, scenario)
     assert (404, 200, 400) == (bogus, form, used)  # accounts exist already: the writer refuses it
     assert "the first account was made already" in text
+
+
+def test_the_whatsapp_linking_code_is_shown_to_admins_only():
+    from common import whatsapp_qr
+
+    h = make_home('[[gateways.whatsapp]]\nid = "phone"\nmode = "linked"\n')
+    writer = start_writer(h)
+    try:
+        asyncio.run(add_account(h, "wanda"))
+        asyncio.run(add_account(h, "vic", role="viewer"))
+
+        async def scenario(client):
+            await login(client, "wanda")
+            empty = await client.get("/whatsapp/qr.svg?instance=phone")
+            whatsapp_qr.write(h.paths, "phone", "qr", "2@fake-qr-ref,abc,def")
+            page = await (await client.get("/whatsapp")).text()
+            svg = await client.get("/whatsapp/qr.svg?instance=phone")
+            state = await (await client.get("/whatsapp/state?instance=phone")).json()
+            await post(client, "/logout", {})
+            await login(client, "vic")
+            viewer = await client.get("/whatsapp/qr.svg?instance=phone")
+            return empty.status, page, svg.status, svg.content_type, await svg.text(), state, viewer.status
+
+        empty, page, status, kind, drawing, state, viewer = asyncio.run(_with(h, scenario))
+    finally:
+        writer.stop()
+        remove_home(h)
+    assert 404 == empty and "Scan this with WhatsApp" in page
+    assert (200, "image/svg+xml") == (status, kind) and "<svg" in drawing
+    assert ("qr", False) == (state["kind"], state["running"]) and 403 == viewer
+
+
+async def _with(h, scenario):
+    async with dashboard(h) as client:
+        return await scenario(client)

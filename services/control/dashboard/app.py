@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import apsw
 import jinja2
 from aiohttp import web
 
@@ -56,7 +57,8 @@ class Deps:
         try:
             with db.read_tx(self._reader):
                 yield self._reader
-        except Exception:
+        except apsw.Error:
+            self._reader.close()
             self._reader = None  # opened again next time: a replaced or damaged file must not stick
             raise
 

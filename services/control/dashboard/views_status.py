@@ -18,6 +18,8 @@ from services.control.dashboard import chart
 from services.control.dashboard.app import SESSION, Dashboard, FormError, redirect, safe_next
 
 MAX_DAYS = 366
+DAY_S = 86400.0
+RECENT = 10  # warnings and errors of the last day on the overview
 
 
 def midnight(now: float) -> float:
@@ -114,11 +116,13 @@ async def overview(d: Dashboard, request: web.Request) -> web.StreamResponse:
     with d.deps.read() as conn:
         today = views.today(conn, midnight(now), now)
         restarts = {b.service: max(0, b.starts - 1) for b in beat_store.all_beats(conn)}
+        recent = dashboard_store.log_lines(conn, now - DAY_S, ("warning", "error", "critical"), "", RECENT)
     services = report["checks"]["services"]["services"]
     running = {p.get("name"): p for p in processes}
     gateways = {name: svc for name, svc in services.items() if name.startswith("gateway")}
     return d.render(request, "overview.html", report=report, services=services, running=running,
-                    gateways=gateways, today=today, restarts=restarts)
+                    gateways=gateways, today=today, restarts=restarts,
+                    recent=recent)
 
 
 # ------------------------------------------------------------------ usage
