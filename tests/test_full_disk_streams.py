@@ -35,7 +35,8 @@ SCHEDULE = [0.0, 1.5, 4.0, 7.0, 10.0, 13.0, 16.0, 19.0]  # k=2..6 come while the
 SPREAD_S = 1.0
 ANSWER_TIMEOUT_S = 60.0
 SETTLE_S = 1.5
-EXTRA = "[writer]\nreserve_mb = 2\ncheckpoint_interval_s = 0.5\n"
+# each message its own answer (not a burst folded into one), so "answered once, in order" holds message by message
+EXTRA = '[writer]\nreserve_mb = 2\ncheckpoint_interval_s = 0.5\n[conversation]\nqueue = "followup"\n'
 
 
 def text_of(chat, k: int) -> str:

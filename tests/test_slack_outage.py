@@ -37,6 +37,7 @@ OUTAGE_S = 20.0       # a 10-minute outage at 1:30, twice as long as Slack keeps
 KILL_GATEWAY_AT_S = 11.0
 SCHEDULE = [0.0, 1.5, 3.0, 4.5, 6.0, 7.5, 9.0, 26.0, 28.0]  # nothing sent while no gateway is connected
 SPREAD_S = 1.0
+FOLLOWUP = '[conversation]\nqueue = "followup"\n'  # each message its own answer, the spooled backlog too
 
 
 def text_of(dm: str, k: int) -> str:
@@ -44,7 +45,7 @@ def text_of(dm: str, k: int) -> str:
 
 
 def test_a_writer_away_longer_than_slacks_retries_loses_nothing():
-    with slack_stack(gateway=GATEWAY, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
+    with slack_stack(gateway=GATEWAY, extra=FOLLOWUP, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
         s.start_gateway()
         spool_file = s.home.paths.spool_dir / "gateway-slack.spool"
         event_text: dict[str, str] = {}
@@ -99,7 +100,12 @@ def test_a_writer_away_longer_than_slacks_retries_loses_nothing():
             check()
             return want <= {p["text"] for p in s.sl.records("posted")}
 
-        wait_until(answered, 60, interval=0.3, what="every message to be answered")
+        try:
+            wait_until(answered, 60, interval=0.3, what="every message to be answered")
+        except AssertionError as exc:
+            missing = sorted(want - {p["text"] for p in s.sl.records("posted")})
+            raise AssertionError(f"{exc}: {len(missing)} unanswered, e.g. {missing[:5]}; gateway log tail:\n"
+                                 f"{s.gateway.log_text()[-4000:]}") from None
         time.sleep(1.5)
         by_dm = defaultdict(list)
         for post in s.sl.records("posted"):
