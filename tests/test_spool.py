@@ -181,3 +181,29 @@ def test_sizes_counts_what_is_not_yet_stored(tmp_path):
     asyncio.run(go())
     found = sp.sizes(tmp_path / "spool")
     assert list(found) == ["gw"] and found["gw"][0] == 2 and found["gw"][1] > 0
+
+
+def test_a_spool_that_cannot_be_made_acknowledges_only_what_is_stored(tmp_path):
+    (tmp_path / "spool").write_text("in the way")  # its folder cannot be made (as on a disk full at start)
+
+    async def go():
+        log = Log()
+        s = Spool(tmp_path / "spool" / "gw.spool", log, direct_s=0.05)
+        s.open()
+        s.replay("a", lambda event: None)
+        back = asyncio.Event()
+
+        async def slow():
+            await back.wait()
+
+        async def quick():
+            pass
+
+        results = [await s.take("a", "k1", {"n": 1}, quick), await s.take("a", "k2", {"n": 2}, slow)]
+        back.set()
+        await asyncio.sleep(0.05)
+        return results, log
+
+    results, log = asyncio.run(go())
+    assert results == [True, False]  # stored: acknowledged; not stored in time and not spooled: not
+    assert "spool_unavailable" in log.names() and "spool_write_failed" in log.names()

@@ -83,7 +83,7 @@ def read(path: Path) -> tuple[list[Entry], int]:
     top = 0
     try:
         lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return [], 0
     for line in lines:
         try:
@@ -137,19 +137,29 @@ class Spool:
     # ------------------------------------------------------------ start
 
     def open(self) -> None:
-        """Read what a predecessor left, and keep the file open for appends."""
-        make_private_dir(self.path.parent)
+        """Read what a predecessor left, and keep the file open for appends. A file that cannot be made
+        (the disk full at start) is tried again at the first append; meanwhile nothing is spooled, so
+        events are acknowledged only once stored."""
         self._loaded, self.seq = read(self.path)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self.size = os.fstat(self.fd).st_size
         for entry in self._loaded:
             self.spooled[entry.seq] = entry
+        try:
+            self._open_file()
+        except OSError as exc:
+            self.log.error("spool_unavailable", path=str(self.path), error=exc.strerror,
+                           note="events are acknowledged only once stored until it can be made")
+            return
         if self._loaded:
             self.log.warning("spool_replay", path=str(self.path), events=len(self._loaded),
                              note="acknowledged to the platform before the writer stored them: handed to it now")
         elif self.size:
             self._empty()
         allocate_ahead(self.fd, self.size, RESERVE_BYTES)
+
+    def _open_file(self) -> None:
+        make_private_dir(self.path.parent)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.size = os.fstat(self.fd).st_size
 
     def replay(self, instance: str, handle_for: Callable[[dict], Handle]) -> int:
         """Hand the instance's spooled events to it, in order (before it receives anything new)."""
@@ -234,6 +244,12 @@ class Spool:
         async with self._lock:
             if entry.durable.done():  # stored while it waited for the lock
                 return True
+            if self.fd is None:
+                try:
+                    self._open_file()
+                except OSError as exc:
+                    self.log.error("spool_write_failed", path=str(self.path), error=exc.strerror)
+                    return False
             if self.size + len(line) > self.max_bytes:
                 await asyncio.to_thread(self._compact)
             if self.size + len(line) > self.max_bytes:
@@ -264,6 +280,8 @@ class Spool:
             if not entry.spooled:
                 return
             self.spooled.pop(entry.seq, None)
+            if self.fd is None:  # the file could not be opened: replayed again at the next start, and deduped
+                return
             if not self.spooled:
                 await asyncio.to_thread(self._empty)
                 self.log.info("spool_drained", path=str(self.path))

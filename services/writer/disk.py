@@ -6,8 +6,8 @@ reserve that lets Starling still speak about itself while the data disk is full.
   again); anything else ``internal``.
 - ``Reserve``: a ballast file (``data_dir/.reserve``, ``[writer] reserve_mb``) made at start. When a
   commit or a checkpoint meets a full disk the writer frees it and turns to what must go on while the
-  disk is full: heartbeats, outbox claims and reports, lease renewals and releases, and the operator's
-  alert (``EnqueueOutbox(alert=True)``) are applied in the room it left; every other write (a new
+  disk is full: heartbeats, enlistments, outbox claims and reports, lease renewals and releases, and the
+  operator's alert (``EnqueueOutbox(alert=True)``) are applied in the room it left; every other write (a new
   message, a runner's step) is answered ``disk_full`` without being tried, so that room lasts. Once
   twice the ballast is free again the ballast is made again and every write is taken.
 """
@@ -28,8 +28,9 @@ CHECK_EVERY_S = 1.0    # while the disk is full: how often free space is looked 
 MIN_ROOM_BYTES = 4 * 1024 * 1024  # beyond the ballast, free space needed to take every write again
 # Writes that go on while the disk is full: small, and what keeps deliveries and `status` honest
 # (a reply sent is recorded as sent, not sent again when its lease runs out).
+# A process (re)started meanwhile enlists under its name first (Enlist), so that it can deliver and report too.
 ADMITTED = (m.Heartbeat, m.Ping, m.RenewLease, m.ClaimOutbox, m.OutboxSent, m.OutboxFailed, m.OutboxProgress,
-            m.ReleaseOutbox, m.ReleaseTurn)
+            m.ReleaseOutbox, m.ReleaseTurn, m.Enlist)
 CHUNK_BYTES = 1024 * 1024  # one write of the ballast where fallocate is not supported
 
 
