@@ -6,11 +6,10 @@ import os
 import subprocess
 import sys
 import time
+import functools
 import xmlrpc.client
 from dataclasses import dataclass
 from pathlib import Path
-
-from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
 
 from common import supervisor_conf
 from common.config import Config
@@ -53,12 +52,20 @@ def environment(paths: Paths, cfg: Config, log_maxbytes: str = LOG_MAXBYTES) -> 
     }
 
 
-class _BoundedConnection(UnixStreamHTTPConnection):
-    """A wedged supervisord (stopped, overloaded) must not hang the CLI: every socket call is bounded."""
+@functools.cache
+def _rpc_classes():
+    """supervisor's XML-RPC transport, imported at first use: control imports this module but asks
+    supervisord only when status is asked for (supervisor.xmlrpc costs ~1.8 MB of RSS per process)."""
+    from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
 
-    def connect(self) -> None:
-        super().connect()
-        self.sock.settimeout(self.timeout)
+    class _BoundedConnection(UnixStreamHTTPConnection):
+        """A wedged supervisord (stopped, overloaded) must not hang the CLI: every socket call is bounded."""
+
+        def connect(self) -> None:
+            super().connect()
+            self.sock.settimeout(self.timeout)
+
+    return SupervisorTransport, _BoundedConnection
 
 
 class Supervisor:
@@ -69,10 +76,11 @@ class Supervisor:
         self.url = f"unix://{socket_path(paths)}"
 
     def _proxy(self):
+        SupervisorTransport, _BoundedConnection = _rpc_classes()
         transport = SupervisorTransport(None, None, self.url)
         socket_file = str(socket_path(self.paths))
 
-        def connection() -> _BoundedConnection:
+        def connection():
             conn = _BoundedConnection("localhost", timeout=RPC_TIMEOUT_S)
             conn.socketfile = socket_file
             return conn
