@@ -122,6 +122,12 @@ class GatewayStack:
             self.start_gateway(*self._gateway_args)
         return killed
 
+    def turns_claimed(self) -> int:
+        """How many turns runners hold now."""
+        conn = self.reader()
+        with db.read_tx(conn):
+            return turn_store.count_by_state(conn).get("claimed", 0)
+
     def reader(self):
         return db.open_reader(self.home.paths.db_file)
 

@@ -7,7 +7,8 @@ mention and continued by replies in the thread that do not mention the bot. The 
 
 - 100 events: each answered exactly once, in order per conversation, in the right place (a DM's reply
   outside any thread, a thread's in its thread), and every envelope acked.
-- kill -9 of the gateway, then of the writer during such a stream, each started again at once: nothing is
+- kill -9 of the gateway, then of the writer, then of the runner, then of all of them at once during such a
+  stream, each started again at once: nothing is
   lost, every envelope is acked in the end (none expired), and a reply posted twice is counted; it is
   allowed only for a reply in flight at a kill (its outbox row was taken again, and its first copy reached
   Slack just before that kill). The gateway is killed holding outbox rows and envelopes it read but had
@@ -35,7 +36,7 @@ from collections import Counter, defaultdict
 
 from common.db import read_tx
 from common.stores import outbox_store, turn_store
-from tests.gateway_stack import Feeder, log_events, repeats_per_kill, stream_plan
+from tests.gateway_stack import Feeder, check_sequence, log_events, repeats_per_kill, stream_plan
 from tests.procs import wait_until
 from tests.slack_stack import slack_stack
 
@@ -215,6 +216,15 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
             time.sleep(3.0)
             kills.append(("writer", time.time()))
             s.kill_writer()
+
+            time.sleep(1.5)
+            s.fake_model.add({"delay": 1.0})  # the next turn takes a second: the runner is killed holding it
+            wait_until(s.turns_claimed, timeout=5, interval=0.01, what="the runner to hold a turn")
+            kills.append(("runner", time.time()))
+            s.kill_runner(0)
+
+            time.sleep(1.5)
+            kills.append(("all", s.kill_all()))
         expected = feed.finish()
         assert sum(map(len, expected.values())) == len(CONVERSATIONS) * PER_CONVERSATION
         wait_answered(s, expected)
@@ -223,8 +233,7 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
         # conversation's head row is posted again)
         got = convs.replies()
         for name in CONVERSATIONS:
-            texts = [p["text"] for p in got[name]]
-            assert list(dict.fromkeys(texts)) == [f"echo: {t}" for t in expected[name]], f"{name}: {texts}"
+            check_sequence(name, expected[name], [p["text"] for p in got[name]])
         posts = s.sl.records("posted")
         counts = Counter(p["text"] for p in posts)
         assert max(counts.values()) <= 2, {t: n for t, n in counts.items() if n > 2}
@@ -255,6 +264,6 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
               f" envelopes redelivered: {cost['redelivered']} (after each kill: {cost['after']}),"
               f" found already stored: {cost['inbound_duplicates']}")
         assert per_kill.get("none", 0) == 0, per_kill
-        assert retaken_logged >= 3  # the rows the killed gateway held, taken back by its successor
+        assert retaken_logged >= 1  # rows a killed gateway held (3 or more were claimed just before), taken back
         for proc in (s.gateway, s.writer, *s.runners):
             assert proc.alive(), proc.log_text()[-2000:]

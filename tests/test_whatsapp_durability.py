@@ -7,8 +7,8 @@ text names its message.
 
 - 100 messages: each answered exactly once, in order per chat, every webhook answered 200 at its first
   attempt, every message marked read.
-- kill -9 of the gateway, then of the writer during such a stream, each started again at once: nothing
-  is lost, every message is one user turn however often its webhook came, and a reply sent twice is
+- kill -9 of the gateway, then of the writer, then of the runner, then of all of them at once during such
+  a stream, each started again at once: nothing is lost, every message is one user turn however often its webhook came, and a reply sent twice is
   counted; it is allowed only for a reply in flight at a kill (its outbox row was taken again, and its
   first copy reached the fake just before that kill). The gateway is killed holding a webhook POST it
   had not answered: the writer is paused (SIGSTOP, at most PAUSE_S) until a message goes out, so that
@@ -40,7 +40,7 @@ import pytest
 from common.db import read_tx
 from common.stores import outbox_store, turn_store
 from tests.fake_whatsapp import DEFAULT_APP_SECRET, DEFAULT_PHONE_NUMBER_ID, post_webhook
-from tests.gateway_stack import Feeder, log_events, repeats_per_kill, stream_plan
+from tests.gateway_stack import Feeder, check_sequence, log_events, repeats_per_kill, stream_plan
 from tests.procs import wait_until
 from tests.whatsapp_stack import whatsapp_stack
 
@@ -269,6 +269,15 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
             kills.append(("writer", time.time()))
             s.kill_writer()
             writer_back = time.time()
+
+            time.sleep(1.5)
+            s.fake_model.add({"delay": 1.0})  # the next turn takes a second: the runner is killed holding it
+            wait_until(s.turns_claimed, timeout=5, interval=0.01, what="the runner to hold a turn")
+            kills.append(("runner", time.time()))
+            s.kill_runner(0)
+
+            time.sleep(1.5)
+            kills.append(("all", s.kill_all()))
         expected = feed.finish()
         assert sum(map(len, expected.values())) == len(NUMBERS) * PER_NUMBER
         wait_answered(s, expected)
@@ -276,8 +285,7 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
         # answered, each in order (a repeat comes right after its first copy: a chat's head row is sent again)
         got = replies_by_number(s)
         for n in NUMBERS:
-            texts = [r["text"] for r in got[n]]
-            assert list(dict.fromkeys(texts)) == [f"echo: {t}" for t in expected[n]], f"{n}: {texts}"
+            check_sequence(n, expected[n], [r["text"] for r in got[n]])
         records = s.wa.sent()
         counts = Counter(r["text"] for r in records)
         assert max(counts.values()) <= 2, {t: n for t, n in counts.items() if n > 2}
