@@ -98,6 +98,15 @@ class FinishTurn(Msg):
     meta: str = "{}"
 
 
+class FoldTurns(Msg):
+    """The holder of a turn folds the session's later pending messages into it ([conversation] queue =
+    "collect"): each is marked done under the turn, which answers them all. Answered ``Folded``;
+    ``lease_lost`` unless ``worker`` holds the turn."""
+
+    turn_id: Int
+    worker: str
+
+
 class SetTurnText(Msg):
     """The runner holding a user turn's lease rewrites its text: a voice note's line becomes its transcript
     (or says why not). Answered ``Done``; ``lease_lost`` unless ``worker`` holds the turn."""
@@ -581,6 +590,7 @@ WriteOp = (
     | DraftSkill
     | DecideSkillDraft
     | SetTurnText
+    | FoldTurns
     | EnqueueOutbox
     | ClaimOutbox
     | OutboxSent
@@ -704,6 +714,12 @@ class Stored(Msg):
     id: Int
 
 
+class Folded(Msg):
+    """The messages folded into a turn, oldest first (none: nothing waited)."""
+
+    ids: list[Int] = []
+
+
 class Leased(Msg):
     lease_until: float
 
@@ -789,6 +805,7 @@ Result = (
     | NoWork
     | OutboxClaim
     | Stored
+    | Folded
     | Leased
     | Done
     | Checkpointed

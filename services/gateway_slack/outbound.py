@@ -33,7 +33,7 @@ class Sender:
     def __init__(self, api: SlackApi, log, on_thread_post=lambda chat: None) -> None:
         self.api = api
         self.log = log
-        self.per_channel = Windows(1, 1.0)
+        self.per_channel = Windows(3, 3.0)  # about one a second per channel, a short burst of 3 allowed
         self.methods = {"reactions.add": Window(50, 60.0), "reactions.remove": Window(50, 60.0),
                         "files.getUploadURLExternal": Window(20, 60.0),
                         "files.completeUploadExternal": Window(100, 60.0)}

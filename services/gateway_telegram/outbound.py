@@ -36,7 +36,9 @@ class Sender:
     def __init__(self, api: BotApi, log) -> None:
         self.api = api
         self.log = log
-        self.per_chat = Windows(1, 1.0)
+        # as python-telegram-bot's AIORateLimiter: 30 a second per bot and 20 a minute per group, bursts
+        # allowed within each; a private chat has no pace of its own, its window only holds a 429's cooldown
+        self.per_chat = Windows(30, 1.0)
         self.per_group = Windows(20, 60.0)
         self.bot = Window(30, 1.0)
         self.moved: dict[str, str] = {}  # group chat id -> its supergroup's (migrate_to_chat_id)

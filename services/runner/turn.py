@@ -17,7 +17,7 @@ import msgspec
 
 from common.db import read_tx
 from common.errors import StarlingError, WriteRejected
-from common.stores import approval_store, session_store, turn_store
+from common.stores import approval_store, fold_store, session_store, turn_store
 from schema import messages as m
 from services.runner import commands, conversation, media, transcribe
 from services.runner.llm import Message, ModelReply, ProviderError, ToolCall, ToolSpec
@@ -27,6 +27,7 @@ from services.runner.tools import registry
 from services.runner.tools.base import ToolContext, ToolResult
 
 APPROVAL_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: typed by people
+NEWCOMER_POLL_S = 0.05  # how often a model call in interrupt mode looks for a new message of its session
 KEEP_RECENT_SHARE = 0.4  # of the budget, kept verbatim when older turns are summarised
 WENT_WRONG = "Something went wrong on my side while answering; the operator can see why in the runner's log."
 SKILL_TOOL = ToolSpec(
@@ -85,6 +86,9 @@ class TurnWork:
         claim = self.claim
         persona: Persona = self.runner.personas.get(claim.agent)
         provider = self.runner.provider_for(persona)
+        queue = self.runner.cfg.conversation.queue
+        if queue != "followup":
+            await self._fold()  # the messages already waiting are answered with this one
         summary, messages, approval = self._load(persona)
         messages = await self._inbound_files(persona, provider, await self._hear(messages))
         system = persona.system_prompt(summary, channel=claim.instance)
@@ -102,8 +106,10 @@ class TurnWork:
         if pending:  # resumed: after an approval was decided, or after a runner died mid-call
             await self._run_calls(ctx, persona, pending, messages, approval)
         done_steps = _steps_taken(messages)  # a resumed turn keeps its count
-        for _step in range(max(0, persona.settings.max_steps - done_steps)):
-            reply = await provider.complete(system, messages, tools)
+        for step in range(max(0, persona.settings.max_steps - done_steps)):
+            if step and queue != "followup":  # those that came while the turn ran join before its next call
+                await self._join(messages)
+            reply = await self._complete(provider, system, messages, tools, queue)
             await self._record_usage(provider, reply)
             if not reply.tool_calls:
                 await self.finish(answer=reply.text or "(the model sent an empty answer)")
@@ -115,6 +121,57 @@ class TurnWork:
             await self._run_calls(ctx, persona, list(reply.tool_calls), messages, None)
         await self.finish(answer=f"I stopped after {persona.settings.max_steps} steps without finishing;"
                                  " tell me how to go on.", ok=False, error="max_steps")
+
+    async def _fold(self) -> list[int]:
+        """The session's later pending messages become part of this turn (collect, interrupt): ids, oldest first."""
+        with read_tx(self.runner.reader) as conn:  # most turns have nothing waiting: no write to ask for then
+            if not fold_store.pending_after(conn, self.claim.session_id, self.claim.turn_id):
+                return []
+        folded = await self.call(m.FoldTurns(turn_id=self.claim.turn_id, worker=self.worker))
+        if folded.ids:
+            self.log.info("turns_folded", folded=folded.ids)
+        return list(folded.ids)
+
+    async def _join(self, messages: list[Message]) -> bool:
+        """Fold what came meanwhile and show it to the model as the person's next messages."""
+        ids = await self._fold()
+        if not ids:
+            return False
+        with read_tx(self.runner.reader) as conn:
+            turns = [turn for turn in map(lambda i: turn_store.get(conn, i), ids) if turn is not None]
+        messages.extend(conversation.to_messages(turns)[0])
+        return True
+
+    async def _complete(self, provider, system: str, messages: list[Message], tools: list[ToolSpec],
+                        queue: str) -> ModelReply:
+        """One model call; in interrupt mode a new message of the session cancels it (a model call only, never
+        a tool) and it starts again with the newcomer."""
+        while True:
+            if queue != "interrupt":
+                return await provider.complete(system, messages, tools)
+            call = asyncio.create_task(provider.complete(system, messages, tools))
+            watch = asyncio.create_task(self._newcomer())
+            try:
+                await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # the turn itself is stopped (its lease lost, the runner stopping)
+                await cancel_quietly(call)
+                raise
+            finally:
+                await cancel_quietly(watch)
+            if call.done():
+                return call.result()
+            await cancel_quietly(call)
+            if not await self._join(messages):  # it cannot join (a command, a file): it waits its own turn
+                return await provider.complete(system, messages, tools)
+            self.log.info("model_call_interrupted", detail="a new message came: the call starts again with it")
+
+    async def _newcomer(self) -> None:
+        """Returns once a message of the session is waiting after this turn."""
+        while True:
+            with read_tx(self.runner.reader) as conn:
+                if fold_store.pending_after(conn, self.claim.session_id, self.claim.turn_id):
+                    return
+            await asyncio.sleep(NEWCOMER_POLL_S)
 
     def _load(self, persona: Persona) -> tuple[str, list[Message], approval_store.Approval | None]:
         claim = self.claim

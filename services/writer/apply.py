@@ -8,7 +8,8 @@ import msgspec
 
 from common.redact import redact
 from common.stores import (
-    access_store, approval_store, audit_store, beat_store, dead_letter_store, job_store, keys_store, outbox_store,
+    access_store, approval_store, audit_store, beat_store, dead_letter_store, fold_store, job_store, keys_store,
+    outbox_store,
     session_store, skill_store, turn_store,
 )
 from schema import messages as m
@@ -60,6 +61,11 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
             return m.Stored(id=turn_id)
         case m.FinishTurn():
             return _finish(conn, op, now, events)
+        case m.FoldTurns():
+            folded = fold_store.fold(conn, op.turn_id, op.worker, now)
+            if folded is None:
+                raise Rejected("lease_lost", f"turn {op.turn_id} is not held by {op.worker}")
+            return m.Folded(ids=folded)
         case m.SetTurnText():
             if not turn_store.set_user_text(conn, op.turn_id, op.worker, op.content):
                 raise Rejected("lease_lost", f"user turn {op.turn_id} is not held by {op.worker}")
