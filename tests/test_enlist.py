@@ -159,3 +159,10 @@ def test_the_same_process_enlisting_again_changes_nothing(conn):
     turn_id = held_turn(conn, "runner-0@host-a/aaa")
     result, _ = enlist(conn, "runner-0@host-a/aaa", now=T0 + 1)
     assert (m.Enlisted(), "claimed") == (result, turn_store.get(conn, turn_id).state)
+
+
+def test_the_first_under_a_name_takes_back_rows_a_gateway_of_before_held_as_name_at_host(conn):
+    outbox_id = held_row(conn, "gw@host-a")  # the worker id gateways had before workers were recorded
+    result, _ = enlist(conn, "gw@host-a/new", name="gw")
+    assert ("gw@host-a", [outbox_id], "pending") == (result.predecessor, result.outbox,
+                                                      outbox_store.get(conn, outbox_id).state)

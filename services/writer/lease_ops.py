@@ -47,8 +47,10 @@ def enlist(conn, op: m.Enlist, now: float, events: list) -> m.Enlisted:
             raise _apply.Rejected("conflict", f"{op.name} is already running: {alive}. Stop it first, or start this"
                                   " one under another --name")
     worker_store.put(conn, op.name, op.worker, op.pid, op.pid_start, op.host, op.pid_scope, now, at)
-    if prev is None:
-        return m.Enlisted()
+    if prev is None:  # the first under this name since workers were recorded: a gateway of before held
+        legacy = f"{op.name}@{op.host}"  # its rows as <name>@<host>, taken back by its successor at start
+        outbox = take_back_outbox(conn, legacy, events) if op.host else []
+        return m.Enlisted(predecessor=legacy if outbox else "", outbox=outbox)
     turns, poisoned = take_back_turns(conn, prev.worker, events, prev.state != "stopped", op.alert_to, now)
     return m.Enlisted(predecessor=prev.worker, turns=turns, outbox=take_back_outbox(conn, prev.worker, events),
                       poisoned=poisoned)
