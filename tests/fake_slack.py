@@ -36,7 +36,8 @@ Slack behaviour (checked against Slack's documentation; the fake's own choices a
     approximate_connection_time}, connection_info {app_id}}; envelopes {envelope_id, type (events_api |
     interactive | slash_commands), payload, accepts_response_payload, retry_attempt, retry_reason}; an ack is
     {"envelope_id", "payload"?}. An events_api envelope not acked within ack_timeout s is sent again under a new
-    envelope_id with retry_attempt+1 and retry_reason "timeout", up to max_retries times (then "expired");
+    envelope_id with retry_attempt+1 and retry_reason "timeout" (after retry_delays[n] s more: Slack's spacing),
+    up to max_retries times (then "expired");
     interactive and slash_commands envelopes are not retried. Envelopes go round-robin to the app's live
     connections (at most 10; an 11th gets disconnect "too_many_websockets"), wait while there is none, and never
     go to a connection that was sent a disconnect frame or silenced. WebSocket pings are answered (and counted).
@@ -61,7 +62,7 @@ Test-side controls (methods of FakeSlack; the same over HTTP in both modes). `ap
   script_error(method, error="ratelimited", times=1, channel=None, retry_after=1, http_status=None)
                                      the next `times` matching calls fail ("*": any method)
   set_rate_limit(min_interval, retry_after=None, method="chat.postMessage", per_channel=True)   None: off
-  configure(ack_timeout=, max_retries=, strict_channels=, echo_bot_messages=, max_upload=)
+  configure(ack_timeout=, max_retries=, retry_delays=, strict_channels=, echo_bot_messages=, max_upload=)
   records(kind, since=, **field filters), oldest first; since= compares "time" (time.time() when recorded,
   the clock of post_event and of a gateway's own logs); kinds: requests posted updates reactions statuses uploads
   envelopes (each attempt as sent) acks expired frames (other client frames) connections responses (POSTs to a
@@ -121,6 +122,7 @@ MAX_SECTION_TEXT = 3000
 MAX_BODY = 60 * 1024 * 1024
 MAX_FRAME = 1024 * 1024
 MAX_PARAM_RECORDED = 2000
+SLACK_RETRY_DELAYS = (0.0, 60.0, 300.0)  # Slack retries a failed delivery 3 times: at once, after 1 and 5 min
 RECORD_KINDS = (
     "requests", "posted", "updates", "reactions", "statuses", "uploads", "envelopes", "acks", "expired",
     "frames", "connections", "responses",
@@ -341,6 +343,7 @@ class FakeSlack(_Shortcuts):
     ) -> None:
         self.host, self.port = host, port
         self.ack_timeout, self.max_retries = 3.0, 3
+        self.retry_delays: list[float] = []
         self.strict_channels, self.echo_bot_messages, self.max_upload = True, False, 0
         self.configure(ack_timeout=ack_timeout, max_retries=max_retries, strict_channels=strict_channels,
                        echo_bot_messages=echo_bot_messages, max_upload=max_upload)
@@ -425,8 +428,12 @@ class FakeSlack(_Shortcuts):
 
     def configure(self, *, ack_timeout: float | None = None, max_retries: int | None = None,
                   strict_channels: bool | None = None, echo_bot_messages: bool | None = None,
-                  max_upload: int | None = None) -> None:
-        """ack_timeout: s before an unacked envelope is redelivered; max_retries: redeliveries before it expires;
+                  max_upload: int | None = None, retry_delays: list[float] | None = None) -> None:
+        """ack_timeout: s before an unacked envelope counts as failed; max_retries: redeliveries before it expires;
+        retry_delays: s after the n-th failure before redelivery n goes out (the last repeats; [] or unset: at
+        once). Slack's own, for Events API posts and Socket Mode envelopes alike: 3 retries, at once, after a
+        minute, after five: ack_timeout=3, max_retries=3, retry_delays=[0, 60, 300] (SLACK_RETRY_DELAYS; a test
+        may scale the times, never the count);
         strict_channels=False: any channel id is known (and any user); echo_bot_messages: each chat.postMessage
         comes back as a message event with bot_id, as with a message.* subscription; max_upload: bytes."""
         if ack_timeout is not None:
@@ -437,6 +444,11 @@ class FakeSlack(_Shortcuts):
             if not 0 <= int(max_retries) <= 100:
                 raise ValueError("max_retries must be 0..100")
             self.max_retries = int(max_retries)
+        if retry_delays is not None:
+            delays = [float(x) for x in retry_delays]
+            if len(delays) > 100 or not all(0 <= x <= 3600 for x in delays):
+                raise ValueError("retry_delays must be at most 100 delays of 0..3600 s")
+            self.retry_delays = delays
         if strict_channels is not None:
             self.strict_channels = bool(strict_channels)
         if echo_bot_messages is not None:
@@ -1273,6 +1285,15 @@ class FakeSlack(_Shortcuts):
             return
         d.attempt += 1
         d.reason, d.envelope_id, d.sent = "timeout", str(uuid.uuid4()), False
+        delay = self.retry_delays[min(d.attempt, len(self.retry_delays)) - 1] if self.retry_delays else 0.0
+        if delay > 0:
+            d.timer = asyncio.get_running_loop().call_later(delay, self._redeliver, d)
+        else:
+            self._redeliver(d)
+
+    def _redeliver(self, d: _Delivery) -> None:
+        if d.acked or self._stopping or d.first_id not in d.app.deliveries:
+            return
         d.app.queue.append(d)
         self._dispatch(d.app)
 

@@ -23,6 +23,7 @@ from tests.fake_slack import (
     DEFAULT_APP_TOKEN,
     DEFAULT_BOT_TOKEN,
     DEFAULT_SIGNING_SECRET,
+    SLACK_RETRY_DELAYS,
     FakeSlack,
     FakeSlackProcess,
     post_event,
@@ -211,6 +212,44 @@ def test_upload_flow_and_private_downloads() -> None:
             env = sl.message("D0001", "U0001", "see file", files=[f, ("b.bin", b"\x00\x01")], deliver=False)
             ev = env["payload"]["event"]
             assert ev["subtype"] == "file_share" and [x["name"] for x in ev["files"]] == ["notes.txt", "b.bin"]
+
+    run(go())
+
+
+def test_redelivery_at_slacks_spacing_scaled() -> None:
+    """Slack's retries, a hundred times faster: an envelope never acked comes 4 times in all, the retries
+    at once after the 3 s timeout (0.03 s), then 0.6 s and 3 s later (1 and 5 minutes), then it expires;
+    one acked during a wait is not sent again."""
+    scale = 0.01
+    async def go() -> None:
+        async with FakeSlack(ack_timeout=3 * scale, max_retries=3) as sl, aiohttp.ClientSession() as s:
+            sl.configure(retry_delays=[d * scale for d in SLACK_RETRY_DELAYS])
+            ws = await connect(s, sl)
+            sl.message("D0001", "U0001", "never acked")
+            got = []
+            for _ in range(4):
+                env = await frame(ws, 5)
+                got.append((env["retry_attempt"], time.monotonic()))
+            assert [a for a, _ in got] == [0, 1, 2, 3]
+            gaps = [b - a for (_, a), (_, b) in zip(got, got[1:])]
+            assert 0.02 <= gaps[0] < 0.3, gaps             # the timeout, then at once
+            assert 0.6 <= gaps[1] < 0.6 + 0.3, gaps        # a minute more
+            assert 3.0 <= gaps[2] < 3.0 + 0.4, gaps        # five minutes more
+            assert (await sl.wait_for("expired", 1, timeout=2))[0]["attempt"] == 3
+            with pytest.raises(asyncio.TimeoutError):
+                await frame(ws, 0.3)
+
+            sl.message("D0001", "U0001", "acked late")
+            first = await frame(ws, 5)
+            await frame(ws, 1)  # the immediate retry
+            await asyncio.sleep(0.1)  # now inside the minute's wait: an ack of the first attempt ends it
+            await ws.send_json({"envelope_id": first["envelope_id"]})
+            await sl.wait_for("acks", 1)
+            with pytest.raises(asyncio.TimeoutError):
+                await frame(ws, 1.0)
+            assert sl.pending() == []
+            with pytest.raises(ValueError):
+                sl.configure(retry_delays=[-1])
 
     run(go())
 

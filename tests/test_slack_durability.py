@@ -15,9 +15,10 @@ mention and continued by replies in the thread that do not mention the bot. The 
   not acked: the writer is paused (SIGSTOP) for at most PAUSE_S, until an envelope goes out, so that one
   cannot be acked; it must come again to the new gateway and be stored once.
 
-Redelivery: the fake sends an events_api envelope again when it is not acked within ``ack_timeout`` (0.3 s
-here, Slack's is 3 s), up to ``max_retries`` times (100 here, so none expires while the writer restarts). A
-gateway killed before acking gets the envelope again from its successor; the writer dedupes on event id.
+Redelivery at Slack's count and spacing, ten times faster: an events_api envelope not acked within
+``ack_timeout`` (0.3 s here, Slack's is 3 s) is sent again at once, then 6 s and 30 s later (Slack: 1 and 5
+minutes), 3 retries in all, then it expires (a test that loses one fails: check_envelopes). A gateway
+killed before acking gets the envelope again from its successor; the writer dedupes on event id.
 One conversation's messages are at least 0.5 s apart, longer than the ack timeout: an envelope the killed
 gateway held comes back before the conversation's next one, so order holds. (Slack retries after 3 s and
 more; a conversation that goes on meanwhile gets its redelivered message after newer ones, and nothing in
@@ -36,6 +37,7 @@ from collections import Counter, defaultdict
 
 from common.db import read_tx
 from common.stores import outbox_store, turn_store
+from tests.fake_slack import SLACK_RETRY_DELAYS
 from tests.gateway_stack import Feeder, check_sequence, log_events, repeats_per_kill, stream_plan
 from tests.procs import wait_until
 from tests.slack_stack import slack_stack
@@ -47,7 +49,8 @@ CONVERSATIONS = DMS + CHANNELS  # by the channel each lives in (a channel holds 
 USER = {name: f"U0DUR{i:02d}" for i, name in enumerate(CONVERSATIONS)}
 PER_CONVERSATION = 10
 ACK_TIMEOUT_S = 0.3
-MAX_RETRIES = 100
+MAX_RETRIES = 3  # Slack's
+RETRY_DELAYS = [d / 10 for d in SLACK_RETRY_DELAYS]
 GATEWAY = (
     "[gateways]\noutbox_lease_s = 3\n"
     f'[[gateways.slack]]\nid = "{INSTANCE}"\napi_base = "{{API}}"\nping_interval_s = 1\n'
@@ -146,6 +149,7 @@ def check_envelopes(s, kills: list[tuple[str, float]] = ()) -> dict:
 def test_hundred_events_from_ten_channels_answered_once_in_order():
     expected = {name: [text_of(name, k) for k in range(PER_CONVERSATION)] for name in CONVERSATIONS}
     with slack_stack(gateway=GATEWAY, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
+        s.sl.configure(retry_delays=RETRY_DELAYS)
         s.start_gateway()
         convs = Conversations(s.sl)
         for k in range(PER_CONVERSATION):  # interleaved, as fast as the fake takes them
@@ -198,6 +202,7 @@ SPREAD_S = 1.4  # conversations start spread over this, so replies are not poste
 
 def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
     with slack_stack(gateway=GATEWAY, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
+        s.sl.configure(retry_delays=RETRY_DELAYS)
         s.start_gateway()
         convs = Conversations(s.sl)
         reader = s.reader()
