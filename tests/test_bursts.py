@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from common.stores import turn_store
+from common.stores import session_store, turn_store
 from schema import messages as m
 from tests.procs import Proc, start_writer
 from tests.runner_stack import GATEWAY, KINDS, _collect, converse, own_home, reader, refused, started, texts
@@ -171,4 +171,28 @@ def test_interrupt_never_cancels_a_running_tool():
         assert any(mark in text for text in texts(last) + [
             msg["content"] for msg in last["messages"] if msg["role"] == "tool"])  # the tool ran to its end
         assert ["go", "a note while it runs"] == user_texts(last)
+        stored_once(home, accepted, again)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_compaction_never_cuts_between_a_turn_and_a_message_folded_into_it(kind):
+    # a small window: the folded message's size makes the turn compact, and a cut right before that message
+    # (the newest user message leaving enough recent text) would summarise its turn and keep it verbatim
+    with own_home(lambda t: t.replace("context_window = 100000", "context_window = 600"), kind=kind) as home:
+        for name in ("IDENTITY.md", "SOUL.md", "AGENTS.md", "USER.md", "MEMORY.md"):
+            (home.paths.agents_dir / "default" / name).write_text("")  # keep the prompt small
+        start(home)
+        converse(home, "small", "hello " + "y" * 600)
+        home.fake.clear()
+        home.fake.add({"when": "t0", "delay": 1.0}, {"text": "SUMMARY: a greeting"})  # the next request sums up
+        big = "f2 " + "z" * 900
+        plan = {"small": [(0.0, "t0"), (0.3, "f1"), (0.1, big)]}
+        accepted, got, again, extra = burst(home, plan, {"small": 2})
+        requests = home.fake.requests(kind)
+        summary, upto = session_store.summary(reader(home), accepted["t0"].session_id)
+        assert [] == refused(requests)
+        assert "SUMMARY: a greeting" == summary
+        assert accepted["t0"].turn_id < upto + 1 == accepted["f1"].turn_id  # cut before the turn f2 joined
+        final = requests[-1]["body"]
+        assert ["f1", big] == user_texts(final)[-2:]
         stored_once(home, accepted, again)

@@ -181,6 +181,8 @@ class TurnWork:
             turns = turn_store.conversation(conn, claim.session_id, claim.turn_id, upto, limit)
             approval = approval_store.for_turn(conn, claim.turn_id)
         messages, self._message_turn_ids = conversation.to_messages(turns)
+        # messages folded into a turn: a compaction cut before one would split that turn (see _maybe_compact)
+        self._folded = {t.id for t in turns if t.role == "user" and '"folded_into"' in t.meta}
         return summary, messages, approval
 
     async def _hear(self, messages: list[Message]) -> list[Message]:
@@ -295,6 +297,8 @@ class TurnWork:
         if conversation.estimate_tokens(system, messages) <= budget:
             return system, messages
         cut = conversation.compaction_cut(messages, int(budget * KEEP_RECENT_SHARE))
+        while cut > 0 and (messages[cut].role != "user" or self._message_turn_ids[cut] in self._folded):
+            cut -= 1  # a folded message belongs to the turn it joined: cut before that turn instead
         if cut <= 0:
             return system, messages
         older = messages[:cut]
