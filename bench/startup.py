@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -110,7 +111,8 @@ def one_run(idle_s: float, tg_url: str, tg_token: str) -> dict:
         if init.returncode:
             raise RunFailed(f"init failed: {init.stderr}")
         config = home / "config.toml"
-        text = config.read_text().replace('listen = "127.0.0.1:7820"', f'listen = "127.0.0.1:{free_port()}"')
+        text = re.sub(r'(?m)^listen = "127\.0\.0\.1:\d+"', f'listen = "127.0.0.1:{free_port()}"',  # init's pick
+                      config.read_text(), count=1)
         config.write_text(text + TELEGRAM.format(url=tg_url))
         secret = starling(home, "secret", "set", "tg-token", "--value-stdin", stdin=tg_token)
         if secret.returncode:

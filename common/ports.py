@@ -40,7 +40,8 @@ def listens(cfg: Config) -> list[Listen]:
     for platform in ("telegram", "slack", "whatsapp"):
         for gw in getattr(cfg.gateways, platform):
             if _webhook_listen(platform, gw):
-                found.append(Listen(gw.listen, f"gateways.{platform} {gw.id!r} listen", gateway_name(platform, gw.process)))
+                found.append(Listen(gw.listen, f"gateways.{platform} {gw.id!r} listen",
+                                    gateway_name(platform, gw.process)))
     for key in ("writer_endpoint", "events_endpoint"):
         endpoint = getattr(cfg.bus, key)
         if endpoint.startswith("tcp://"):
@@ -140,7 +141,8 @@ def busy(cfg: Config) -> list[str]:
             problems.append(f"{listen.key} = {listen.address!r}: cannot bind: {exc.strerror or exc}")
             continue
         if not free:
-            problems.append(f"port {listen.port} ({listen.key} = {listen.address!r}) is in use by {holder(listen.port)}")
+            problems.append(f"port {listen.port} ({listen.key} = {listen.address!r}) is in use by"
+                            f" {holder(listen.port)}")
     return problems
 
 

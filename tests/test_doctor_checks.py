@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -172,7 +173,9 @@ def test_an_agent_a_gateway_names_without_a_pack_fails(capsys, root):
 def test_a_free_control_port_is_ok_and_a_held_one_fails(capsys, root):
     port = free_port()
     text = (root / "config.toml").read_text()
-    (root / "config.toml").write_text(text.replace('listen = "127.0.0.1:7820"', f'listen = "127.0.0.1:{port}"'))
+    # init writes the first free port from 7820, which another home on the host may hold: set it whatever it is
+    (root / "config.toml").write_text(re.sub(r'(?m)^listen = "127\.0\.0\.1:\d+"', f'listen = "127.0.0.1:{port}"',
+                                             text, count=1))
     first = doctor(capsys, root)[1]["control port"]
     holder = socket.socket()
     holder.bind(("127.0.0.1", port))

@@ -5,6 +5,7 @@ no home says so and lists the homes running here (their run files)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -93,11 +94,13 @@ def test_a_command_where_there_is_no_home_says_so_and_lists_the_running_homes(ho
 def test_up_refuses_a_port_held_by_another_program_before_starting_anything(host):
     env, (_, second) = host
     assert 0 == cli(second, "down", env=env).returncode
-    port = _port(second)
     holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind(("127.0.0.1", port))
+    holder.bind(("127.0.0.1", 0))  # a port of its own: the home's may be taken by another test's home now
     holder.listen()
+    port = holder.getsockname()[1]
+    config = second / "config.toml"
+    config.write_text(re.sub(r'(?m)^listen = "127\.0\.0\.1:\d+"', f'listen = "127.0.0.1:{port}"',
+                             config.read_text(), count=1))
     try:
         started = time.monotonic()
         up = cli(second, "up", env=env)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -90,7 +91,8 @@ def test_an_installed_starling_inits_starts_reports_and_stops_outside_the_checko
     init = starling("init")
     assert init.returncode == 0, init.stdout + init.stderr
     config = home / "config.toml"
-    config.write_text(config.read_text().replace('listen = "127.0.0.1:7820"', f'listen = "127.0.0.1:{_free_port()}"'))
+    config.write_text(re.sub(r'(?m)^listen = "127\.0\.0\.1:\d+"', f'listen = "127.0.0.1:{_free_port()}"',
+                             config.read_text(), count=1))  # init's pick may be taken by another test's home
     up = starling("up", "--timeout", "60")
     try:
         assert (0, "Starling is up") == (up.returncode, up.stdout[:14]), up.stdout + up.stderr

@@ -38,15 +38,18 @@ def test_a_database_newer_than_the_code_fails_up_with_a_clear_message(home):
 
 
 def test_up_names_the_service_that_did_not_become_ready_and_why():
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        home = make_home(f'[control]\nlisten = "127.0.0.1:{port}"\n[runner]\nprocesses = 1\n')
-        try:
-            result = starling(home, "up", "--timeout", "6")
-            assert (1, True) == (result.returncode, "not ready after 6s: control" in result.stderr), result
-            assert "address already in use" in result.stdout.lower(), result.stdout
-        finally:
-            starling(home, "down")
-            remove_home(home)
+    # control cannot read its token (a folder where the file belongs): it starts, fails, and is retried.
+    # (A control port another program holds is refused before anything starts: tests/test_homes.py.)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    home = make_home(f'[control]\nlisten = "127.0.0.1:{port}"\n[runner]\nprocesses = 1\n')
+    home.paths.control_token_file.unlink(missing_ok=True)
+    home.paths.control_token_file.mkdir()
+    try:
+        result = starling(home, "up", "--timeout", "6")
+        assert (1, True) == (result.returncode, "not ready after 6s: control" in result.stderr), result
+        assert "cannot create or read token file: is a directory" in result.stdout.lower(), result.stdout
+    finally:
+        starling(home, "down")
+        remove_home(home)
