@@ -59,6 +59,9 @@ Test-side controls (methods of FakeTelegram; the same over HTTP in both modes):
   block(chat_id) / migrate(chat_id, to)   every later send to that chat fails 403 / 400 migrate
   set_rate_limit(min_interval)      a 2nd send to one chat within min_interval s is 429 (None: off)
   requests() / sent() / actions() / deliveries / pending_updates()   what was recorded, oldest first
+  age_updates(seconds)              as if the queued updates had waited that much longer: Telegram drops an
+                                    update not handed over within 24 h (UPDATE_TTL_S), so one older is gone
+                                    from getUpdates, webhooks and pending_updates(); dropped() lists them
   injected()                        when each update was queued: {"bot", "update_id", "ts"} (time.time(),
                                     the clock of sent()'s "ts": update -> reply latency, measured here)
   sent(since=T) / injected(since=T) only records with ts >= T (a long run reads them as it goes, within
@@ -71,6 +74,7 @@ Control endpoints (both modes), JSON in and out, `bot` = a bot id or token (defa
                                                  "voice"|"raw", ...the helper's keyword arguments};
                                                  file content as "content" (text) or "content_b64"
   GET    /_control/updates[?bot=]               updates still queued (not confirmed)
+  POST   /_control/age {"seconds", "bot"?}      the queued updates were queued this much earlier
   POST   /_control/errors                       script_error's arguments    GET pending | DELETE all
   GET    /_control/requests[?bot=&method=]      recorded requests           DELETE forget them
   GET    /_control/sent[?bot=&chat_id=&since=]  messages the bots sent      DELETE forget them
@@ -109,6 +113,7 @@ from tests.fake_server import FakeServerProcess, listen, serve_until_stopped
 DEFAULT_TOKEN = "123456789:AAFakeTelegramTokenForTests_0123456789"
 MAX_RECORDED = 5000
 MAX_UPDATES = 10000
+UPDATE_TTL_S = 24 * 3600  # Telegram keeps an update it could not hand over for 24 hours, then it is gone
 MAX_RULES = 1000
 MAX_FILES = 1000
 MAX_MESSAGES_PER_CHAT = 1000
@@ -280,6 +285,7 @@ class _Bot:
         self.id = int(token.split(":", 1)[0])
         self.username = username or f"fake{self.id}_bot"
         self.updates: deque[tuple[int, Any]] = deque()
+        self.queued_at: dict[int, float] = {}  # update_id -> time.time() it was queued (aged by age_updates)
         self.next_update_id = first_update_id
         self.changed = asyncio.Event()
         self.poll_seq = 0
@@ -327,6 +333,7 @@ class FakeTelegram:
         self._actions: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._deliveries: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._injected: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
+        self._dropped: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._rules: list[dict[str, Any]] = []
         self._blocked: set[int] = set()
         self._migrated: dict[int, int] = {}
@@ -378,6 +385,8 @@ class FakeTelegram:
             web.delete("/_control/sent", self._c_clear_sent),
             web.get("/_control/actions", self._c_actions),
             web.get("/_control/injected", self._c_injected),
+            web.post("/_control/age", self._c_age),
+            web.get("/_control/dropped", self._c_dropped),
             web.post("/_control/files", self._c_files),
             web.post("/_control/rate_limit", self._c_rate_limit),
             web.post("/_control/block", self._c_block),
@@ -446,6 +455,7 @@ class FakeTelegram:
         if isinstance(update, dict) and assign_id:
             update = {"update_id": uid, **{k: v for k, v in update.items() if k != "update_id"}}
         b.updates.append((uid, update))
+        b.queued_at[uid] = time.time()
         self._injected.append({"bot": b.id, "update_id": uid, "ts": time.time()})
         b.pulse()
         return update
@@ -695,7 +705,9 @@ class FakeTelegram:
         return list(self._deliveries)
 
     def pending_updates(self, bot: int | str | None = None) -> list[Any]:
-        return [u for _, u in self._bot(bot).updates]
+        b = self._bot(bot)
+        self._expire(b)
+        return [u for _, u in b.updates]
 
     def webhook_info(self, bot: int | str | None = None) -> dict[str, Any]:
         b = self._bot(bot)
@@ -715,6 +727,7 @@ class FakeTelegram:
         self._actions.clear()
         self._deliveries.clear()
         self._injected.clear()
+        self._dropped.clear()
         self._rules.clear()
         self._blocked.clear()
         self._migrated.clear()
@@ -809,6 +822,7 @@ class FakeTelegram:
         b.poll_seq += 1
         me = b.poll_seq
         b.pulse()  # ends the poll in flight, if any
+        self._expire(b)
         if offset > 0:
             while b.updates and b.updates[0][0] < offset:
                 b.updates.popleft()
@@ -822,6 +836,7 @@ class FakeTelegram:
                 raise ApiError(409, CONFLICT_POLL)
             if b.webhook:
                 raise ApiError(409, CONFLICT_WEBHOOK)
+            self._expire(b)
             ready = [u for uid, u in b.updates if uid >= offset][:limit]
             left = deadline - time.monotonic()
             if ready or left <= 0 or self._closing.is_set():
@@ -831,6 +846,33 @@ class FakeTelegram:
                 await asyncio.wait_for(changed.wait(), left)
             except TimeoutError:
                 pass
+
+    def _expire(self, b: _Bot) -> None:
+        """Drop the updates queued longer than UPDATE_TTL_S, as Telegram does: nobody will get them."""
+        cutoff = time.time() - UPDATE_TTL_S
+        keep = deque()
+        for uid, u in b.updates:
+            if b.queued_at.get(uid, cutoff + 1) <= cutoff:
+                self._dropped.append({"bot": b.id, "update_id": uid, "ts": time.time()})
+                b.queued_at.pop(uid, None)
+            else:
+                keep.append((uid, u))
+        if len(keep) != len(b.updates):
+            b.updates.clear()
+            b.updates.extend(keep)
+        for uid in [k for k in b.queued_at if not b.updates or k < b.updates[0][0]]:
+            del b.queued_at[uid]  # confirmed ones
+
+    def age_updates(self, seconds: float, bot: int | str | None = None) -> int:
+        """As if every queued update had been queued ``seconds`` earlier; returns how many are queued."""
+        b = self._bot(bot)
+        for uid in b.queued_at:
+            b.queued_at[uid] -= float(seconds)
+        return len(b.updates)
+
+    def dropped(self) -> list[dict[str, Any]]:
+        """Updates dropped unhanded after UPDATE_TTL_S: {"bot", "update_id", "ts"}."""
+        return list(self._dropped)
 
     def _set_webhook(self, b: _Bot, p: dict[str, Any]) -> bool:
         url = str(p.get("url") or "")
@@ -862,6 +904,7 @@ class FakeTelegram:
         assert self._closing is not None and self._session is not None
         attempt = 0
         while b.webhook and not self._closing.is_set():
+            self._expire(b)
             if not b.updates:
                 changed = b.changed
                 await changed.wait()
@@ -1155,6 +1198,12 @@ class FakeTelegram:
 
         return await _control(request, go, body=False)
 
+    async def _c_age(self, request: web.Request) -> web.Response:
+        return await _control(request, lambda d: self.age_updates(float(d["seconds"]), d.get("bot")))
+
+    async def _c_dropped(self, request: web.Request) -> web.Response:
+        return await _control(request, lambda d: self.dropped(), body=False)
+
     async def _c_reset(self, request: web.Request) -> web.Response:
         self.reset()
         return web.json_response({"ok": True})
@@ -1361,6 +1410,12 @@ class FakeTelegramProcess(FakeServerProcess):
 
     def injected(self, bot: int | str | None = None, since: float | None = None) -> list[dict[str, Any]]:
         return self._call("GET", "/_control/injected", query={"bot": bot, "since": since})
+
+    def age_updates(self, seconds: float, bot: int | str | None = None) -> int:
+        return self._call("POST", "/_control/age", {"seconds": seconds, "bot": bot})
+
+    def dropped(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/_control/dropped")
 
     def webhook(self, bot: int | str | None = None) -> dict[str, Any]:
         return self._call("GET", "/_control/webhook", query={"bot": bot})

@@ -231,3 +231,42 @@ def test_every_process_killed_at_once_during_a_stream_loses_nothing_and_waits_ou
         assert s.tg.pending_updates() == []
         for proc in (s.gateway, s.writer, *s.runners):
             assert proc.alive(), proc.log_text()[-2000:]
+
+
+OPERATOR = 42  # [health] alert_to's chat
+
+
+def test_updates_gone_after_24_hours_are_an_alert():
+    """Telegram keeps an update it could not hand over for 24 hours (the fake drops older ones). A gateway
+    that could not poll that long finds its offset below the oldest update left: the updates between are
+    gone, and the operator is told how many, while the ones still there are answered."""
+    user = USERS[0]
+    gateway = (f'[[gateways.telegram]]\nid = "{INSTANCE}"\ntoken = "tg-token"\napi_base = "{{TG}}"\n'
+               f"allow = [{user}]\n")
+    with stack(gateway=gateway) as s:
+        cfg = s.home.paths.config_file
+        cfg.write_text(cfg.read_text().replace("[health]\n", f'[health]\nalert_to = "{INSTANCE}:{OPERATOR}"\n', 1))
+        s.start_gateway()
+        s.tg.message("before", user=user)
+        s.replies(user, 1)
+        s.tg.script_error("getUpdates", "server", times=1000)  # from the next poll on, Telegram is out of reach
+        s.tg.message("handed over", user=user)  # ends the poll in flight: stored, but never confirmed
+        s.replies(user, 2)
+        wait_until(lambda: log_events(s.gateway.log_text(), "get_updates_failed"), timeout=5,
+                   what="the gateway's polls to fail")
+        s.tg.message("gone one", user=user)
+        s.tg.message("gone two", user=user)
+        assert s.tg.age_updates(25 * 3600) == 3  # a day and an hour pass
+        s.tg.message("fresh", user=user)
+        s.tg.clear_errors()
+
+        alert = s.replies(OPERATOR, 1, timeout=20)
+        assert "2 update(s) were gone" in alert[0]["text"] and "24 hours" in alert[0]["text"], alert
+        replies = s.replies(user, 3, timeout=10)
+        assert [r["text"] for r in replies] == ["echo: before", "echo: handed over", "echo: fresh"]
+        assert s.user_turns(INSTANCE, user) == ["before", "handed over", "fresh"]
+        [lost] = log_events(s.gateway.log_text(), "updates_lost")
+        assert lost["lost"] == 2 and lost["level"] == "error"
+        assert len(s.tg.dropped()) == 3  # the two never fetched, and the one stored but not yet confirmed
+        assert s.tg.pending_updates() == []
+        assert s.gateway.alive()

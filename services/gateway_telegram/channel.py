@@ -34,6 +34,7 @@ from services.gateway_telegram.outbound import Sender, chat_param
 
 POLL_TIMEOUT_S = 25          # getUpdates long-poll; an update arriving ends it at once
 BATCH_TRIES = 5              # a batch failing for a reason of its own (never the writer's condition): then dead letters
+ALERT_WITHIN_S = 5.0         # an alert not queued by then is logged, never waited for longer
 HOLD_S = 1.0                 # while the writer's condition lasts, the batch is tried again this often
 WEBHOOK_ACK_S = 20.0         # a webhook request waits this long for the writer's ack, then asks for a retry
 FETCH_WEBHOOK_S = 12.0       # in webhook mode a slow file is described, not waited for (the ack must come first)
@@ -168,7 +169,29 @@ class TelegramChannel(Channel):
             self.failures = 0
             ids = [u["update_id"] for u in updates if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
             if ids:
+                if self.offset is not None and min(ids) > self.offset:
+                    await self._updates_lost(self.offset, min(ids))
                 self.offset = max(ids) + 1  # confirmed on the next getUpdates: only acked updates are passed
+
+    async def _updates_lost(self, expected: int, got: int) -> None:
+        """Telegram's update ids go up one by one, so a batch starting past the offset we hold means the
+        updates between are gone: Telegram keeps one 24 hours, and this gateway was away (unable to poll)
+        longer. Nothing can bring them back; the operator hears of it."""
+        lost = got - expected
+        self.log.error("updates_lost", expected_update_id=expected, first_update_id=got, lost=lost,
+                       hint="Telegram keeps an update 24 hours: this gateway could not poll for longer")
+        target = self.gateway.svc.cfg.health.alert_to
+        if not target:
+            return
+        instance, _, chat = target.partition(":")
+        text = (f"Telegram bot {self.id}: {lost} update(s) were gone before Starling could fetch them (update ids"
+                f" {expected} to {got - 1}). Telegram keeps an update for 24 hours, and this gateway could not"
+                " poll for longer: messages sent meanwhile were not received.")
+        try:
+            await asyncio.wait_for(self.gateway.call(m.EnqueueOutbox(
+                instance=instance, chat=chat, replies=[m.Reply(text=text)], alert=True)), ALERT_WITHIN_S)
+        except (StarlingError, asyncio.TimeoutError) as exc:
+            self.log.warning("alert_not_queued", alert_to=target, error=str(exc) or type(exc).__name__)
 
     async def _dead_letter_batch(self, updates: list, exc: Exception) -> bool:
         """Keep every update of the batch as a dead letter; False when they could not be kept (held)."""
