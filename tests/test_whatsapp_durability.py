@@ -47,6 +47,7 @@ from tests.whatsapp_stack import whatsapp_stack
 INSTANCE = "wa"
 NUMBERS = [f"4917100000{i:02d}" for i in range(10)]  # wa_ids (E.164 digits); the chat is the sender's number
 DUP_NUMBERS = ["491710000090", "491710000091"]        # the duplicate-delivery tests' own
+CONCURRENT_NUMBERS = [f"4917100001{i:02d}" for i in range(10)]  # the concurrent-delivery test's own
 PER_NUMBER = 10
 WEBHOOK_ATTEMPTS = 100
 WEBHOOK_BACKOFF = (0.05, 0.5)
@@ -54,7 +55,7 @@ GATEWAY = (
     "[gateways]\noutbox_lease_s = 3\n"
     f'[[gateways.whatsapp]]\nid = "{INSTANCE}"\nphone_number_id = "{DEFAULT_PHONE_NUMBER_ID}"\n'
     'api_base = "{API}"\nlisten = "{LISTEN}"\n'
-    f"allow = {json.dumps(['+' + n for n in NUMBERS + DUP_NUMBERS])}\n"
+    f"allow = {json.dumps(['+' + n for n in NUMBERS + DUP_NUMBERS + CONCURRENT_NUMBERS])}\n"
 )
 ANSWER_TIMEOUT_S = 30.0
 SETTLE_S = 1.5     # after the last expected reply: long enough for a late duplicate to show
@@ -172,6 +173,33 @@ def test_hundred_messages_from_ten_numbers_answered_once_in_order(calm):
     assert len([d for d in s.wa.deliveries() if set(d["wamids"]) & set(wamids)]) == len(wamids)
     read = {r["message_id"] for r in s.wa.records("reads")}
     assert set(wamids) <= read  # blue ticks on every message
+
+
+CONCURRENT_ROUNDS = 3
+
+
+def test_webhooks_posted_concurrently_each_answered_once(calm):
+    """Meta posts webhooks concurrently (the fake: 8 at once, so they reach the gateway in any order across
+    numbers): every message is one turn and one reply, every POST answered 200 at its first attempt. One
+    number's messages are a second apart here, as a person types; the gateway keeps a number's messages in
+    the order their POSTs arrive (it does not reorder by the message's timestamp)."""
+    s = calm
+    s.wa.configure(webhook_concurrency=8)
+    try:
+        people = People(s.wa)
+        expected = {n: [] for n in CONCURRENT_NUMBERS}
+        for k in range(CONCURRENT_ROUNDS):
+            for n in CONCURRENT_NUMBERS:
+                expected[n].append(people.send(n, k))
+            time.sleep(1.0)
+        wait_answered(s, expected)
+    finally:
+        s.wa.configure(webhook_concurrency=1)
+    got = replies_by_number(s)
+    for n in CONCURRENT_NUMBERS:
+        assert check_sequence(n, expected[n], [r["text"] for r in got[n]]) == 0
+    assert check_database(s, expected) == {}
+    assert check_deliveries(s, list(people.wamid.values())) == []
 
 
 # ---------------------------------------------------------------- the same webhook twice
