@@ -196,3 +196,17 @@ def test_compaction_never_cuts_between_a_turn_and_a_message_folded_into_it(kind)
         final = requests[-1]["body"]
         assert ["f1", big] == user_texts(final)[-2:]
         stored_once(home, accepted, again)
+
+
+def test_collect_waits_for_the_previous_reply_to_go_out_and_folds_what_came_meanwhile():
+    """A chat's reply still waiting for its platform's pace (here: nobody takes it yet): the session's next turn
+    waits for it (at most DELIVERY_WAIT_S), and a message that comes meanwhile joins that turn."""
+    with own_home(lambda t: t) as home:
+        start(home)
+        plan = {"p": [(0.0, "p0"), (0.2, "p1"), (0.3, "p2")]}  # p0's reply is not taken before all three are in
+        accepted, got, again, extra = burst(home, plan, {"p": 2})
+        assert {"p": ["echo: p0", "echo: p2"]} == got and {"p": []} == extra
+        requests = home.fake.requests("openai")
+        assert [] == refused(requests) and 2 == len(requests)
+        assert ["p0", "p1", "p2"] == user_texts(requests[-1]["body"])
+        stored_once(home, accepted, again)

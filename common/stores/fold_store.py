@@ -21,6 +21,8 @@ PENDING_AFTER = (
     " AND state IN ('pending', 'claimed') AND state = 'pending' ORDER BY id LIMIT 1"
 )
 
+UNSENT = "SELECT 1 FROM outbox WHERE session_id = ? AND state IN ('pending', 'claimed') LIMIT 1"
+
 
 def fold(conn: apsw.Connection, turn_id: int, worker: str, now: float) -> list[int] | None:
     """Fold the session's pending messages after ``turn_id`` into it, in order, up to the first that must run
@@ -47,3 +49,8 @@ def pending_after(conn: apsw.Connection, session_id: int, turn_id: int) -> bool:
 
 def _foldable(content: str, attachments: str) -> bool:
     return not content.lstrip().startswith("/") and attachments in ("", "[]")
+
+
+def answer_unsent(conn: apsw.Connection, session_id: int) -> bool:
+    """Whether an earlier reply of the session still waits for the gateway (its platform's pace, most often)."""
+    return conn.execute(UNSENT, (session_id,)).fetchone() is not None

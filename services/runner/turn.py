@@ -27,6 +27,7 @@ from services.runner.tools import registry
 from services.runner.tools.base import ToolContext, ToolResult
 
 APPROVAL_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: typed by people
+DELIVERY_WAIT_S = 1.0  # collect: the longest a turn waits for its session's previous reply to go out
 NEWCOMER_POLL_S = 0.05  # how often a model call in interrupt mode looks for a new message of its session
 KEEP_RECENT_SHARE = 0.4  # of the budget, kept verbatim when older turns are summarised
 WENT_WRONG = "Something went wrong on my side while answering; the operator can see why in the runner's log."
@@ -87,6 +88,8 @@ class TurnWork:
         persona: Persona = self.runner.personas.get(claim.agent)
         provider = self.runner.provider_for(persona)
         queue = self.runner.cfg.conversation.queue
+        if queue == "collect":
+            await self._previous_reply_sent()
         if queue != "followup":
             await self._fold()  # the messages already waiting are answered with this one
         summary, messages, approval = self._load(persona)
@@ -121,6 +124,16 @@ class TurnWork:
             await self._run_calls(ctx, persona, list(reply.tool_calls), messages, None)
         await self.finish(answer=f"I stopped after {persona.settings.max_steps} steps without finishing;"
                                  " tell me how to go on.", ok=False, error="max_steps")
+
+    async def _previous_reply_sent(self) -> None:
+        """While the session's previous reply still waits for its platform's pace, this answer would wait behind
+        it anyway: the messages that come meanwhile are folded in instead of costing sends of their own."""
+        deadline = time.monotonic() + DELIVERY_WAIT_S
+        while time.monotonic() < deadline:
+            with read_tx(self.runner.reader) as conn:
+                if not fold_store.answer_unsent(conn, self.claim.session_id):
+                    return
+            await asyncio.sleep(0.02)
 
     async def _fold(self) -> list[int]:
         """The session's later pending messages become part of this turn (collect, interrupt): ids, oldest first."""
