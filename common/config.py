@@ -2,20 +2,22 @@
 
 Paths in the file (data_dir, agents_dir, workspace_dir, session_memory.active_dir) stay the strings
 the operator wrote; `common.home.paths_for` resolves them against the config file's folder.
+The commented default file is config_text.py; turning a validation error into key and reason is
+config_explain.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import Meta, field
 
+from common.config_text import default_config_text  # noqa: F401 - where callers have always found it
 from common.errors import ConfigError
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
@@ -460,15 +462,6 @@ def _mcp_secrets(cfg: Config, found: dict[str, str]) -> None:
 
 # --- loading ---------------------------------------------------------------------------------
 
-_AT = re.compile(r"^(?P<msg>.*?)(?: - at (?P<in_key>`key` in )?`\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
-_DICT_KEY = object()  # stands for msgspec's `[...]`, a dict key it does not print
-_PATTERN_HELP = {
-    ID_PATTERN: "an id: 1-32 characters of a-z 0-9 _ -, starting with a letter or digit",
-    SECRET_NAME_PATTERN: "a secret's name (1-64 characters of A-Z a-z 0-9 _ . -), not its value",
-}
-
-
 def load_config(path: Path) -> Config:
     """Read and validate config.toml; every failure is a ConfigError naming file, key and reason."""
     try:
@@ -480,7 +473,9 @@ def load_config(path: Path) -> Config:
     try:
         cfg = msgspec.toml.decode(data, type=Config)
     except msgspec.ValidationError as e:
-        key, reason = _explain(e, msgspec.toml.decode(data))
+        from common.config_explain import explain  # it walks Config's types: imported after Config exists
+
+        key, reason = explain(e, msgspec.toml.decode(data))
         raise ConfigError(path, key, reason) from None
     except msgspec.DecodeError as e:
         raise ConfigError(path, "-", f"invalid TOML: {e}") from None
@@ -501,295 +496,3 @@ def looks_like_a_value(name: str) -> bool:
         return True
     longest = max((len(part) for part in re.split(r"[-_.]", name)), default=0)
     return longest >= 24 and any(c.isdigit() for c in name) and any(c.isalpha() for c in name)
-
-
-def _explain(err: msgspec.ValidationError, raw: dict[str, Any]) -> tuple[str, str]:
-    """Turn msgspec's message and `$.a.b[0]` path into a dotted key and an operator's reason."""
-    match = _AT.match(str(err))
-    assert match is not None
-    msg, segments = match["msg"], _parse_path(match["path"] or "")
-    if match["in_key"]:
-        segments.append(_DICT_KEY)
-    if _DICT_KEY in segments:
-        segments = _name_dict_keys(segments, raw)
-    cause = err.__cause__
-    if isinstance(cause, _FieldError):
-        return _render(segments + _parse_path("." + cause.field_name)), cause.reason
-    if m := re.match(r"Object contains unknown field `(.*)`$", msg):
-        allowed = _struct_fields(_type_at(segments))
-        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
-        return _render([*segments, m[1]]), f"unknown key{hint}"
-    if m := re.match(r"Object missing required field `(.*)`$", msg):
-        return _render([*segments, m[1]]), "required key is missing"
-    if m := re.match(r"Invalid enum value (.*)$", msg):
-        target = _type_at(segments)
-        if typing.get_origin(target) is Literal:
-            choices = " | ".join(f'"{v}"' for v in typing.get_args(target))
-            return _render(segments), f"expected one of {choices}, got {m[1]}"
-    for pattern, help_text in _PATTERN_HELP.items():
-        if msg.startswith("Expected `str` matching regex") and pattern in msg:
-            # Never echo a value that failed the secret-name pattern: it may be the secret itself.
-            value = segments[-1] if match["in_key"] else _value_at(raw, segments)
-            got = "" if pattern == SECRET_NAME_PATTERN else f", got {value!r}"
-            return _render(segments), f"expected {help_text}{got}"
-    if re.match(r"Expected `(int|float)` [<>]=? ", msg):
-        return _render(segments), f"e{msg[1:]}, got {_value_at(raw, segments)!r}"
-    return _render(segments), msg[:1].lower() + msg[1:]
-
-
-def _parse_path(path: str) -> list[Any]:
-    segments: list[Any] = []
-    for name, index in _SEGMENT.findall(path):
-        if name:
-            segments.append(name)
-        elif index == "...":
-            segments.append(_DICT_KEY)
-        else:
-            segments.append(int(index))
-    return segments
-
-
-def _render(segments: list[Any]) -> str:
-    out = ""
-    for seg in segments:
-        out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else str(seg))
-    return out or "-"
-
-
-def _strip(tp: Any) -> Any:
-    while typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
-    return tp
-
-
-def _type_at(segments: list[Any]) -> Any:
-    """The annotated type of the config value at `segments`, or None when the walk gets lost."""
-    tp: Any = Config
-    for seg in segments:
-        tp = _strip(tp)
-        if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-            tp = typing.get_type_hints(tp, include_extras=True).get(seg)
-        elif typing.get_origin(tp) is list and isinstance(seg, int):
-            tp = typing.get_args(tp)[0]
-        elif typing.get_origin(tp) is dict:
-            tp = typing.get_args(tp)[1]
-        else:
-            return None
-    return _strip(tp)
-
-
-def _struct_fields(tp: Any) -> tuple[str, ...]:
-    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        return tp.__struct_fields__
-    return ()
-
-
-def _name_dict_keys(segments: list[Any], raw: Any) -> list[Any]:
-    """Replace each `[...]` with the dict key whose value fails validation (the first, as msgspec)."""
-    named: list[Any] = []
-    for seg in segments:
-        if seg is _DICT_KEY and isinstance(raw, dict):
-            key_type, value_type = typing.get_args(_type_at(named))
-            for key, value in raw.items():
-                try:
-                    msgspec.convert(key, key_type)
-                    msgspec.convert(value, value_type)
-                except msgspec.ValidationError:
-                    seg = key
-                    break
-        named.append(seg)
-        raw = _child(raw, seg)
-    return named
-
-
-def _value_at(raw: Any, segments: list[Any]) -> Any:
-    for seg in segments:
-        raw = _child(raw, seg)
-    return raw
-
-
-def _child(raw: Any, seg: Any) -> Any:
-    if isinstance(raw, dict) and seg in raw:
-        return raw[seg]
-    if isinstance(raw, list) and isinstance(seg, int) and seg < len(raw):
-        return raw[seg]
-    return None
-
-
-def default_config_text() -> str:
-    """A commented config.toml that holds every key at its default; `starling init` writes it."""
-    return _DEFAULT_TEXT
-
-
-_DEFAULT_TEXT = '''\
-# Starling configuration. Unknown keys are errors. Values that are secrets are never written
-# here: keys such as api_key or token hold a secret's *name*, resolved at use from the env
-# ($NAME, then $STARLING_SECRET_NAME, upper-cased, - and . as _) or data/secrets.json
-# (`starling secret set NAME --value-stdin`).
-
-data_dir = "data"              # state: database, secrets, logs, sockets; relative to this file's folder
-agents_dir = "agents"          # persona packs, one folder per agent id
-workspace_dir = "workspace"    # agents' working directories (shared/ and private/<id>/)
-
-[control]
-listen = "127.0.0.1:7820"      # host:port of /health and the control API (`starling init` picks a free port)
-allow_remote = false           # a non-loopback listen is refused unless this is true
-public_url = ""                # the dashboard's https URL behind a TLS proxy (secure cookies, links)
-dashboard = true               # the dashboard at / (add an account: `starling dashboard user add NAME`)
-
-[runner]
-processes = 2                  # agent-turn workers (1..64)
-turns_per_process = 8          # turns one runner works on at once (they mostly wait on the model)
-lease_s = 60.0                 # a turn's claim; renewed while it runs, taken by another runner if not
-
-[conversation]
-max_conversation_turns = 200   # turns kept in a session's history
-max_context_ratio = 0.8        # share of the model's context window a turn may fill (0 < r <= 1)
-queue = "collect"              # a burst: collect (answered together) | followup (a turn each) | interrupt
-
-# Model endpoints by name; agents pick one. base_url and api_key default by kind.
-[providers.default]
-kind = "openai"                # openai (any OpenAI-compatible server) | anthropic
-base_url = "https://api.openai.com/v1"
-api_key = "openai"             # a secret's name
-model = "gpt-4o-mini"
-context_window = 128000        # tokens
-vision = false                 # true: the model takes images; inbound photos reach it as images, not as a line
-max_images = 4                 # images shown in one model request (newest first); the rest are named in text
-
-[gateways]
-outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed while it sends, so
-                               # after a gateway crash its messages wait this long to be taken again
-
-# Gateways: none by default. Each [[gateways.<platform>]] block is one bot/workspace/number;
-# ids are unique across all platforms ("cli" is taken) and match ^[a-z0-9][a-z0-9_-]{0,31}$.
-#
-# [[gateways.telegram]]
-# id = "main"                  # the gateway instance; sessions are per agent, per instance, per chat
-# agent = "default"            # the agent that answers
-# token = "telegram-main"      # a secret's name: the bot token
-# mode = "polling"             # polling | webhook
-# api_base = "https://api.telegram.org"
-# allow = []                   # sender ids and group chat ids; empty: unknown senders get a pairing code
-# groups = "mention"           # in an allowed group: answer when mentioned or replied to | "all"
-# max_attachment_mb = 20       # larger inbound files are not downloaded (the agent is told)
-# process = ""                 # "NAME": served by a process of its own, gateway-telegram-NAME (every platform has it)
-# listen = "127.0.0.1:7830"    # webhook mode: where the webhook server binds (behind your TLS proxy)
-# public_url = ""              # webhook mode (required): the https URL Telegram posts to
-# secret_token = "telegram-main-webhook"   # webhook mode: a secret's name
-#
-# [[gateways.slack]]
-# id = "team"
-# agent = "default"
-# mode = "socket"              # socket | events
-# bot_token = "slack-bot"      # secret names: the xoxb-... bot token,
-# app_token = "slack-app"      #   the xapp-... app token (socket mode),
-# signing_secret = "slack-signing"   # the signing secret (events mode)
-# api_base = "https://slack.com/api"
-# listen = "127.0.0.1:7831"    # events mode: where the events server binds (POST /slack/<id>/events)
-# allow = []                   # user ids (and channel ids)
-# ping_interval_s = 10         # socket mode: a socket that misses a pong for half of this is replaced
-#
-# [[gateways.whatsapp]]
-# id = "phone"
-# agent = "default"
-# mode = "cloud"               # cloud (Meta's Cloud API) | linked (a linked device)
-# phone_number_id = ""         # cloud mode (required)
-# access_token = "whatsapp-token"          # secret names
-# app_secret = "whatsapp-app-secret"
-# verify_token = "whatsapp-verify"
-# api_base = "https://graph.facebook.com/v21.0"
-# listen = "127.0.0.1:7832"    # webhook server (GET and POST /whatsapp/<id>/webhook)
-# allow = []                   # E.164 numbers
-# template = ""                # an approved template for replies outside the 24-hour window; "" = fail them
-# template_language = "en_US"
-
-[tools]
-sandbox = "auto"               # auto: shell, jobs and MCP stdio servers confined by the kernel (Landlock, namespaces);
-                               # off where that is impossible. "none": run them unconfined (warned at every start)
-
-[tools.shell]                  # limits of each confined command (rlimits)
-cpu_s = 600                    # CPU seconds of a shell command
-job_cpu_s = 21600              # CPU seconds of a background job
-memory_mb = 4096               # address space
-file_mb = 1024                 # largest file a command may write
-open_files = 1024
-processes = 512                # inside the sandbox's user namespace (Linux never caps root's)
-read_paths = []                # more absolute folders commands may read (the system folders always are)
-
-# MCP servers whose tools agents may use (an agent lists them: mcp = ["github"] in its config.toml).
-# Each tool reaches the model as <server>__<tool>, under approvals and the audit like every tool.
-#
-# [mcp.github]
-# command = "github-mcp-server"  # a stdio server, started confined like the shell, on first use
-# args = ["stdio"]
-# env = { GITHUB_TOKEN = "github-token" }   # values are secret names
-# network = false                # a stdio server has no network unless this is true (your decision)
-# url = ""                       # or a Streamable HTTP server: url = "https://...", no command
-# headers = {}                   # with url: e.g. { Authorization = "github-bearer" } (secret names)
-# approval = "ask"               # ask | auto | deny, for every tool of the server
-# tools = {}                     # per-tool overrides, e.g. { search_code = "auto", delete_repo = "deny" }
-# trust_hints = false            # true: a tool the server marks read-only runs without asking
-# timeout_s = 60                 # one tool call
-# start_timeout_s = 30           # starting the server and the handshake
-
-[transcription]                # voice notes to text before the turn: any OpenAI-compatible /audio/transcriptions
-provider = ""                  # a [providers.<name>] (its base_url and api_key); "" = off
-model = "whisper-1"            # whisper-1, gpt-4o-transcribe, whisper-large-v3 (Groq), ...
-language = ""                  # ISO-639-1 ("en", "de"); "" = detected
-timeout_s = 120.0
-max_mb = 25.0                  # longer recordings are not sent (the API refuses over 25 MB)
-
-[web]                          # the web_fetch tool (and web_search when a provider is set)
-search = ""                    # "" (no web_search) | searxng | brave | tavily
-base_url = ""                  # the search API (searxng: your instance; brave and tavily have defaults)
-api_key = ""                   # a secret's name (brave, tavily)
-max_kb = 2048                  # bytes of a page read at most
-timeout_s = 20.0               # one fetch, redirects included
-max_redirects = 5
-allow_networks = []            # CIDRs web_fetch may reach although private/loopback/link-local, e.g. ["10.1.0.0/16"]
-
-[scheduler]
-poll_interval_s = 30.0         # how often due cron jobs are looked for, besides wake-ups
-max_consecutive_failures = 3   # a cron job that fails this often in a row is disabled, with an alert; 0: never
-
-[retention]                    # days kept before the sweeper deletes (each >= 1)
-session_days = 30
-audit_days = 30
-job_log_days = 14
-tool_output_days = 2
-scratchpad_days = 3
-
-[session_memory]
-active_dir = ""                # off unless set, e.g. "memories" (relative to this file's folder)
-retention_days = 3
-
-[session_memory.reset]
-mode = "none"                  # none | daily | idle: when a chat starts a fresh session
-boundary_hour = 4              # daily: the local hour (0..23) at which sessions reset
-idle_minutes = 120             # idle: minutes of silence after which a session resets
-
-[health]
-heartbeat_interval_ms = 60000  # how often each service reports in
-disk_warn_threshold_mb = 1024  # degraded when free disk under data_dir falls below this
-wal_warn_threshold_mb = 100    # degraded when the WAL grows past this
-alert_to = ""                  # "instance:chat" to message when degraded; "" logs only
-
-[backup]
-keep = 7                       # `starling backup create` keeps this many archives in the folder it writes to
-                               # (default data/backups/), deleting the oldest; 0 keeps them all
-
-[writer]
-batch_max = 512                # max requests applied in one group commit (1..100000)
-checkpoint_interval_s = 2.0    # PASSIVE checkpoint timer
-wal_truncate_mb = 64           # TRUNCATE checkpoint when the WAL passes this
-busy_timeout_ms = 5000
-reserve_mb = 16                # freed when the data disk fills, so heartbeats, delivery reports and alerts still commit
-
-[bus]
-writer_endpoint = ""           # "" = ipc://<data_dir>/run/writer.sock; tcp:// on 127.0.0.1 only (other hosts: not built)
-events_endpoint = ""           # "" = ipc://<data_dir>/run/events.sock
-request_timeout_ms = 2000      # resend an unacked request after this
-window = 256                   # max in-flight requests per client
-heartbeat_ivl_ms = 1000        # bus heartbeat interval
-'''
