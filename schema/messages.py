@@ -8,21 +8,16 @@ validates; one union per socket. Sockets and their unions:
 - writer ROUTER, writer -> client: ``AckFrame``: an ``Ack`` (the request's id and a ``Result`` or an
   error), or ``Acks`` bundling a client's acks from one group commit
 - writer PUB -> subscribers: ``Event``, on a topic (see ``topic_for``)
+
+The dashboard's and housekeeping writes are in admin_ops.py, the results in results.py, the base in base.py;
+all are named here, so every process uses ``m.<Name>``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import msgspec
 
-# SQLite stores 64-bit signed integers: a larger one is refused when decoded, not when bound.
-Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-
-
-class Msg(msgspec.Struct, tag=True, frozen=True, kw_only=True):
-    """Base of every wire message: tagged by class name, immutable."""
-
+from schema.base import Int, Msg  # noqa: F401
 
 # ---------------------------------------------------------------- write operations
 
@@ -427,158 +422,11 @@ class ApprovePairing(Msg):
     approved_by: str
 
 
-# ---------------------------------------------------------------- the dashboard's writes and the daemon log
-
-
-class DaemonLogLine(msgspec.Struct, frozen=True, kw_only=True):
-    """One warning or error line of a service, as its log wrote it (already redacted)."""
-
-    at: float
-    service: str
-    level: str
-    event: str
-    detail: str = "{}"  # the line's other keys, JSON
-
-
-class RecordDaemonLog(Msg):
-    """A service's warnings and errors in a batch (common/daemon_log.py). Rows older than ``before`` (the
-    retention) and beyond the newest ``max_rows`` go in the same commit. Answered ``Done``."""
-
-    lines: list[DaemonLogLine]
-    before: float = 0.0
-    max_rows: Int = 100_000
-
-
-class DashboardAccount(Msg):
-    """A dashboard account change (`starling dashboard user`, the first-run setup link): ``action`` add |
-    passwd | rm | role. A new password, a new role or a removal ends the account's sessions; audited with
-    ``by``. ``first`` (the setup link): added only while no account exists. Answered ``Stored`` (the
-    account's id)."""
-
-    action: str
-    username: str
-    password_hash: str = ""  # argon2id (common/dashboard_accounts.py)
-    role: str = ""
-    by: str = ""
-    first: bool = False
-
-
-class DashboardLogin(Msg):
-    """A login attempt, judged by the control service: ``ok`` opens a session (the token's SHA-256, its CSRF
-    token, its expiry) and clears the account's failures; a failure counts against the account, locked for
-    ``lock_s`` after ``lock_after`` in a row. Audited either way. Answered ``LoginRecorded``."""
-
-    username: str
-    address: str
-    ok: bool
-    reason: str = ""
-    token_hash: str = ""
-    csrf: str = ""
-    expires_at: float = 0.0
-    lock_after: Int = 5
-    lock_s: float = 900.0
-
-
-class DashboardLogout(Msg):
-    """A dashboard session ends (logout). Answered ``Done``."""
-
-    token_hash: str
-    by: str = ""
-
-
-class DashboardAudit(Msg):
-    """A change made from the dashboard, in the audit with the account's name. Answered ``Stored``."""
-
-    account: str
-    action: str
-    target: str = ""
-    detail: str = "{}"  # JSON, no secret values
-
-
-class RefusePairing(Msg):
-    """An operator refuses a pending pairing code: it ends now (the sender may ask again later)."""
-
-    code: str
-    refused_by: str
-
-
-class RevokeSender(Msg):
-    """An operator takes an allowed sender's access to a gateway instance away."""
-
-    instance: str
-    sender: str
-    revoked_by: str
-
-
-# ---------------------------------------------------------------- the sweeper's writes
-# A purge is one bounded step (at most ``max_rows`` rows and about ``max_ms`` inside the writer's
-# transaction), answered by ``Purged``; the sweeper repeats it while ``more`` is true, so no step
-# holds the write lock for long. Files named in the answer are removed by the sweeper after the ack.
-
-
-class PurgeSessions(Msg):
-    """Retention: delete conversations last active before ``before`` with their turns, delivered
-    messages, tool audit and approvals (never one with a turn pending, running or parked); also
-    delivered or failed outbox rows and inbound dedupe keys older than ``before``. ``Purged.files``:
-    the attachments of the deleted turns."""
-
-    before: float
-    max_rows: Int = 2000
-    max_ms: float = 40.0
-
-
-class PurgeAudit(Msg):
-    """Retention: delete audit rows, tool executions and finished cron runs (each job keeps its latest)
-    older than ``before``."""
-
-    before: float
-    max_rows: Int = 5000
-    max_ms: float = 40.0
-
-
-class PurgeJobs(Msg):
-    """Retention: delete background jobs that ended before ``before`` (never a running one);
-    ``Purged.files``: their log files."""
-
-    before: float
-    max_rows: Int = 500
-    max_ms: float = 40.0
-
-
-class ResetSession(Msg):
-    """A daily or idle reset closes an open conversation, unless it was active after
-    ``last_active_at`` (what the sweeper saw) or has a turn pending, running or parked."""
-
-    session_id: Int
-    reason: str  # daily | idle
-    last_active_at: float
-
-
-class MarkCaptured(Msg):
-    """These closed conversations are written to session memory (or passed over): never again."""
-
-    session_ids: list[Int]
-
-
-class DeadLetter(Msg):
-    """A platform event a gateway passed over because it was refused for itself (it fails validation),
-    kept whole for the operator (`starling status`, `starling doctor`). Answered ``Stored``."""
-
-    platform: str
-    instance: str
-    event_key: str  # the event's own id (its first dedupe key); "" when it has none
-    reason: str
-    payload: str  # the event as the platform sent it (JSON text)
-    received_at: float = 0.0
-
-
-class ConfirmClock(Msg):
-    """An operator checked the time: the wall clock as it is now is accepted, and retention, held since it
-    jumped forward by more than a day (services/writer/lease_clock.py), runs again. Answered
-    ``ClockConfirmed``."""
-
-    by: str = ""  # who confirmed (for the audit row)
-
+from schema.admin_ops import (  # noqa: F401 - part of the contract, named here as m.<Name>
+    DaemonLogLine, RecordDaemonLog, DashboardAccount, DashboardLogin, DashboardLogout, DashboardAudit,
+    RefusePairing, RevokeSender, PurgeSessions, PurgeAudit, PurgeJobs, ResetSession, MarkCaptured, DeadLetter,
+    ConfirmClock,
+)
 
 WriteOp = (
     Inbound
@@ -657,168 +505,10 @@ RequestFrame = Request | Requests
 
 # ---------------------------------------------------------------- results and acks
 
-
-class Accepted(Msg):
-    """An inbound message is stored as a pending turn (or was already)."""
-
-    turn_id: Int
-    session_id: Int
-    duplicate: bool = False
-
-
-class TurnClaim(Msg):
-    """The turn a runner now holds, with what it needs to start."""
-
-    turn_id: Int
-    session_id: Int
-    agent: str
-    instance: str
-    chat: str
-    sender: str
-    text: str
-    attempt: Int
-    lease_until: float
-    platform_msg_id: str = ""  # the message being answered: replies quote it where the platform threads them
-    alone: bool = False  # its runner died holding it: claim nothing else until it is done
-    alone_waiting: bool = False  # a turn waits for a runner holding nothing: claim no more until yours are done
-
-
-class NoWork(Msg):
-    """Nothing to claim right now."""
-
-    alone_waiting: bool = False  # a turn waits for a runner holding nothing: claim again once yours are done
-
-
-class OutboxItem(Msg):
-    id: Int
-    instance: str
-    chat: str
-    kind: str
-    body: str
-    file_path: str
-    reply_to: str
-    attempt: Int
-    session_id: Int = 0
-    parts_sent: Int = 0  # platform messages of this row already delivered (a long text in parts)
-    created_at: float = 0.0  # when it was queued: a gateway gives up on a row by its age, not its attempts
-
-
-class OutboxClaim(Msg):
-    items: list[OutboxItem]
-    lease_until: float
-
-
-class Stored(Msg):
-    """A write that creates a row: its id (turn, outbox, ...)."""
-
-    id: Int
-
-
-class Folded(Msg):
-    """The messages folded into a turn, oldest first (none: nothing waited)."""
-
-    ids: list[Int] = []
-
-
-class Leased(Msg):
-    lease_until: float
-
-
-class Done(Msg):
-    """A write that needs no answer beyond "committed"."""
-
-
-class Checkpointed(Msg):
-    busy: Int
-    wal_pages: Int
-    checkpointed_pages: Int
-
-
-class BackedUp(Msg):
-    path: str
-    pages: Int
-    seconds: float
-
-
-class Pairing(Msg):
-    """The answer to a pairing request. status: new | existing (the sender's unexpired code) | allowed
-    (already paired: no code) | full (too many codes pending on this instance: try later)."""
-
-    status: str
-    code: str = ""
-    expires_at: float = 0.0
-
-
-class LoginRecorded(Msg):
-    """A login attempt as recorded: the account's failed logins in a row since its last good one, and until
-    when it is locked (0: not locked)."""
-
-    failures: Int = 0
-    locked_until: float = 0.0
-
-
-class Queued(Msg):
-    """An enqueue stored these outbox rows."""
-
-    ids: list[Int]
-
-
-class CronRunEnded(Msg):
-    """A cron run's recorded outcome (ok | failed), the job's consecutive failures since, and whether
-    this run disabled the job."""
-
-    outcome: str
-    consecutive_failures: Int
-    disabled: bool = False
-
-
-class Purged(Msg):
-    """One retention step: rows deleted per table, files the sweeper removes next, whether more is due,
-    and the step's time inside the writer's transaction."""
-
-    rows: dict[str, Int] = {}
-    files: list[str] = []
-    more: bool = False
-    ms: float = 0.0
-
-
-class Enlisted(Msg):
-    """A process is now the one under its name; what its (gone) predecessor held was taken back."""
-
-    predecessor: str = ""  # the worker id it took over ("" when there was none)
-    turns: list[Int] = []  # turns handed back to the queue at once
-    outbox: list[Int] = []  # outbox rows handed back at once (their attempt counts: the call may have gone out)
-    poisoned: list[Int] = []  # turns failed for having crashed their runner MAX_CRASHES times (the person told)
-
-
-class ClockConfirmed(Msg):
-    """What was accepted: how far the wall clock stood ahead of the writer's lease clock, unconfirmed
-    (seconds; negative: behind), and whether retention was held for it."""
-
-    jump_s: float
-    held: bool = False
-
-
-Result = (
-    Accepted
-    | TurnClaim
-    | NoWork
-    | OutboxClaim
-    | Stored
-    | Folded
-    | Leased
-    | Done
-    | Checkpointed
-    | BackedUp
-    | Queued
-    | Pairing
-    | LoginRecorded
-    | CronRunEnded
-    | Purged
-    | Enlisted
-    | ClockConfirmed
+from schema.results import (  # noqa: F401 - part of the contract, named here as m.<Name>
+    Accepted, TurnClaim, NoWork, OutboxItem, OutboxClaim, Stored, Folded, Leased, Done, Checkpointed,
+    BackedUp, Pairing, LoginRecorded, Queued, CronRunEnded, Purged, Enlisted, ClockConfirmed, Result,
 )
-
 
 class Ack(Msg):
     """Writer -> client, sent only after the request's effects are committed (or it failed)."""
