@@ -42,6 +42,7 @@ from tests.gateway_stack import Feeder, check_sequence, log_events, repeats_per_
 from tests.procs import wait_until
 from tests.slack_stack import slack_stack
 
+FOLLOWUP = '[conversation]\nqueue = "followup"\n'  # one answer per message: the checks count them
 INSTANCE = "sl"
 DMS = [f"D0DUR{i:02d}" for i in range(5)]
 CHANNELS = [f"C0DUR{i:02d}" for i in range(5)]
@@ -148,7 +149,7 @@ def check_envelopes(s, kills: list[tuple[str, float]] = ()) -> dict:
 
 def test_hundred_events_from_ten_channels_answered_once_in_order():
     expected = {name: [text_of(name, k) for k in range(PER_CONVERSATION)] for name in CONVERSATIONS}
-    with slack_stack(gateway=GATEWAY, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
+    with slack_stack(extra=FOLLOWUP, gateway=GATEWAY, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
         s.sl.configure(retry_delays=RETRY_DELAYS)
         s.start_gateway()
         convs = Conversations(s.sl)
@@ -201,7 +202,7 @@ SPREAD_S = 1.4  # conversations start spread over this, so replies are not poste
 
 
 def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
-    with slack_stack(gateway=GATEWAY, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
+    with slack_stack(extra=FOLLOWUP, gateway=GATEWAY, ack_timeout=ACK_TIMEOUT_S, max_retries=MAX_RETRIES) as s:
         s.sl.configure(retry_delays=RETRY_DELAYS)
         s.start_gateway()
         convs = Conversations(s.sl)

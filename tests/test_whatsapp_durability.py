@@ -44,6 +44,7 @@ from tests.gateway_stack import Feeder, check_sequence, log_events, repeats_per_
 from tests.procs import wait_until
 from tests.whatsapp_stack import whatsapp_stack
 
+FOLLOWUP = '[conversation]\nqueue = "followup"\n'  # one answer per message: the checks count them
 INSTANCE = "wa"
 NUMBERS = [f"4917100000{i:02d}" for i in range(10)]  # wa_ids (E.164 digits); the chat is the sender's number
 DUP_NUMBERS = ["491710000090", "491710000091"]        # the duplicate-delivery tests' own
@@ -71,7 +72,7 @@ def text_of(number: str, k: int) -> str:
 @contextlib.contextmanager
 def stack():
     """The stack with the gateway ready and the fake's webhook retries long enough to outlast a restart."""
-    with whatsapp_stack(gateway=GATEWAY) as s:
+    with whatsapp_stack(extra=FOLLOWUP, gateway=GATEWAY) as s:
         s.wa.configure(webhook_attempts=WEBHOOK_ATTEMPTS, webhook_backoff=list(WEBHOOK_BACKOFF))
         s.start_gateway()
         yield s
