@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from common import db, pids, ports, registry
+from common import db, orphans, pids, ports, registry
 from common.cli import held, output
 from common.cli import applied
 from common.cli.context import Context
@@ -59,6 +59,11 @@ def cmd_up(args) -> int:
         if drift:
             print(drift)
         return 0
+    left = orphans.find(ctx.home)  # a supervisord killed -9 leaves its services running: stop them first
+    if left:
+        print(f"Stopping {len(left)} service process(es) a previous supervisord left running"
+              f" (pids {', '.join(map(str, left))}).")
+        orphans.stop(left)
     problems = ports.clashes(ctx.cfg) + ports.busy(ctx.cfg)  # before anything starts
     if problems:
         raise StarlingError("cannot start: " + "; ".join(problems))
