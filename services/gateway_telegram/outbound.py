@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from common.gateway.channel import Failed, Outcome, Progress, Retry, Sent
 from common.gateway.delivery import backoff
-from common.gateway.limits import Window, Windows
+from common.gateway.limits import Bucket, Windows
 from schema import messages as m
 
 from services.gateway_telegram.api import ApiError, BotApi
@@ -39,8 +39,8 @@ class Sender:
         # as python-telegram-bot's AIORateLimiter: 30 a second per bot and 20 a minute per group, bursts
         # allowed within each; a private chat has no pace of its own, its window only holds a 429's cooldown
         self.per_chat = Windows(30, 1.0)
-        self.per_group = Windows(20, 60.0)
-        self.bot = Window(30, 1.0)
+        self.per_group = Windows(20, 60.0, kind=Bucket)  # its leaky buckets: a burst of 20, then one every 3 s
+        self.bot = Bucket(30, 1.0)  # a burst of 30, then one every 1/30 s
         self.moved: dict[str, str] = {}  # group chat id -> its supergroup's (migrate_to_chat_id)
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
