@@ -1,9 +1,14 @@
-"""Shared fixtures: a temporary home, and a running writer shared by the tests that only talk to it."""
+"""Shared fixtures: a temporary home, a running writer shared by the tests that only talk to it, and a
+migrated database file to copy."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from common import db
+from common.stores import schema_store
 from tests.procs import Home, make_home, remove_home, start_writer
 
 
@@ -22,3 +27,13 @@ def writer_home() -> Home:
     yield h
     proc.stop()
     remove_home(h)
+
+
+@pytest.fixture(scope="module")
+def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database migrated once per module; tests copy it (migrating costs many fsyncs)."""
+    path = tmp_path_factory.mktemp("template") / "starling.db"
+    c = db.open_writer(path)
+    schema_store.migrate(c, path)
+    c.close()
+    return path

@@ -13,21 +13,12 @@ import apsw
 import pytest
 
 from common import db, identity
-from common.stores import outbox_store, schema_store, session_store, turn_store, worker_store
+from common.stores import outbox_store, session_store, turn_store, worker_store
 from schema import messages as m
 from services.writer import apply as ops
 
 T0 = 1_700_000_000.0
 HOST = "host-a"
-
-
-@pytest.fixture(scope="module")
-def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "starling.db"
-    c = db.open_writer(path)
-    schema_store.migrate(c, path)
-    c.close()
-    return path
 
 
 @pytest.fixture

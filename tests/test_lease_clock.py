@@ -16,7 +16,7 @@ import pytest
 
 from common import db
 from common.service import Service
-from common.stores import audit_store, db_store, lease_clock_store, outbox_store, schema_store, session_store, turn_store
+from common.stores import audit_store, db_store, lease_clock_store, outbox_store, session_store, turn_store
 from schema import messages as m
 from services.sweeper.retention import Retention
 from services.writer import apply as ops
@@ -61,15 +61,6 @@ class Log:
 
     def events(self, name: str) -> list[dict]:
         return [kw for _, event, kw in self.lines if event == name]
-
-
-@pytest.fixture(scope="module")
-def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "starling.db"
-    c = db.open_writer(path)
-    schema_store.migrate(c, path)
-    c.close()
-    return path
 
 
 @pytest.fixture

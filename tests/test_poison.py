@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from common import db, identity
-from common.stores import audit_store, outbox_store, schema_store, session_store, turn_store
+from common.stores import audit_store, outbox_store, session_store, turn_store
 from schema import messages as m
 from services.writer import apply as ops
 from tests.procs import Proc, start_writer, wait_until
@@ -24,15 +24,6 @@ from tests.runner_stack import GATEWAY, own_home, reader, started
 
 T0 = 1_700_000_000.0
 ALERT_TO = "tg:ops"
-
-
-@pytest.fixture(scope="module")
-def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "starling.db"
-    c = db.open_writer(path)
-    schema_store.migrate(c, path)
-    c.close()
-    return path
 
 
 @pytest.fixture

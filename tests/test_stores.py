@@ -31,16 +31,6 @@ def db_file(tmp_path: Path) -> Path:
     return tmp_path / "starling.db"
 
 
-@pytest.fixture(scope="module")
-def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A database migrated once per module; each test gets a copy (migrating costs many fsyncs)."""
-    path = tmp_path_factory.mktemp("template") / "starling.db"
-    c = db.open_writer(path)
-    schema_store.migrate(c, path)
-    c.close()
-    return path
-
-
 @pytest.fixture
 def conn(db_file: Path, migrated_file: Path) -> apsw.Connection:
     shutil.copyfile(migrated_file, db_file)

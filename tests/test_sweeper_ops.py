@@ -14,7 +14,7 @@ import pytest
 
 from common import db
 from common.stores import (
-    approval_store, audit_store, db_store, outbox_store, retention_store, schema_store, session_store,
+    approval_store, audit_store, db_store, outbox_store, retention_store, session_store,
 )
 from schema import messages as m
 from services.sweeper import files, memory
@@ -22,15 +22,6 @@ from services.writer import apply as ops
 
 T = 1_700_000_000.0
 DAY = 86400.0
-
-
-@pytest.fixture(scope="module")
-def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "starling.db"
-    c = db.open_writer(path)
-    schema_store.migrate(c, path)
-    c.close()
-    return path
 
 
 @pytest.fixture

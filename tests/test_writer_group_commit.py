@@ -11,7 +11,7 @@ import apsw
 import pytest
 
 from common import db
-from common.stores import db_store, outbox_store, schema_store, turn_store
+from common.stores import db_store, outbox_store, turn_store
 from schema import messages as m
 from services.writer import group_commit
 
@@ -24,15 +24,6 @@ class Log:
 
     def error(self, event: str, **kw) -> None:
         self.errors.append((event, kw))
-
-
-@pytest.fixture(scope="module")
-def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "starling.db"
-    c = db.open_writer(path)
-    schema_store.migrate(c, path)
-    c.close()
-    return path
 
 
 @pytest.fixture
