@@ -8,6 +8,9 @@ from typing import NamedTuple
 
 import apsw
 
+from common.stores.approval_store import Approval
+from common.stores.audit_store import ToolRun
+
 USER_TURNS_SINCE = (
     "SELECT count(*), coalesce(sum(state = 'failed'), 0) FROM turns WHERE role = 'user' AND created_at >= ?"
 )
@@ -105,33 +108,6 @@ class Line(NamedTuple):
     created_at: float
 
 
-class ToolRow(NamedTuple):
-    id: int
-    turn_id: int
-    tool: str
-    arguments: str
-    outcome: str
-    result_path: str
-    error: str
-    duration_ms: float
-    created_at: float
-
-
-class ApprovalRow(NamedTuple):
-    id: str
-    session_id: int | None
-    turn_id: int | None
-    agent: str
-    tool: str
-    arguments: str
-    reason: str
-    state: str
-    created_at: float
-    expires_at: float
-    decided_at: float | None
-    decided_by: str
-
-
 class UsageDay(NamedTuple):
     day: str  # YYYY-MM-DD, local
     agent: str
@@ -182,16 +158,16 @@ def transcript(conn: apsw.Connection, session_id: int, limit: int = 500) -> list
     return [Line(*row) for row in conn.execute(TRANSCRIPT, (session_id, limit))]
 
 
-def tools(conn: apsw.Connection, session_id: int, limit: int = 500) -> list[ToolRow]:
-    return [ToolRow(*row) for row in conn.execute(TOOLS, (session_id, limit))]
+def tools(conn: apsw.Connection, session_id: int, limit: int = 500) -> list[ToolRun]:
+    return [ToolRun(*row) for row in conn.execute(TOOLS, (session_id, limit))]
 
 
-def session_approvals(conn: apsw.Connection, session_id: int, limit: int = 200) -> list[ApprovalRow]:
-    return [ApprovalRow(*row) for row in conn.execute(SESSION_APPROVALS, (session_id, limit))]
+def session_approvals(conn: apsw.Connection, session_id: int, limit: int = 200) -> list[Approval]:
+    return [Approval(*row) for row in conn.execute(SESSION_APPROVALS, (session_id, limit))]
 
 
-def decided_approvals(conn: apsw.Connection, limit: int = 50) -> list[ApprovalRow]:
-    return [ApprovalRow(*row) for row in conn.execute(DECIDED_APPROVALS, (limit,))]
+def decided_approvals(conn: apsw.Connection, limit: int = 50) -> list[Approval]:
+    return [Approval(*row) for row in conn.execute(DECIDED_APPROVALS, (limit,))]
 
 
 def usage_by_day(conn: apsw.Connection, since: float) -> list[UsageDay]:
