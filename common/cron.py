@@ -253,3 +253,19 @@ def _change_between(tz: ZoneInfo, before: float, after: float) -> float:
 def _offset_changes_near(tz: ZoneInfo, when: float) -> bool:
     offsets = {datetime.fromtimestamp(when + d, tz).utcoffset() for d in (-_SHIFT_S, 0.0, _SHIFT_S)}
     return len(offsets) > 1
+
+
+def job_state(job, last_run: object, now: float) -> tuple[str, float | None]:
+    """A cron job as `starling cron list` and the dashboard say it: ("enabled", its next fire), ("disabled",
+    None), or ("done", None) for a one-shot that ran. ``job`` is a cron_store.CronJob; ``last_run`` its
+    latest run, or None."""
+    if not job.schedule:
+        if last_run is not None or (job.run_at or 0) <= job.active_since:
+            return "done", None
+        return ("enabled" if job.enabled else "disabled"), (job.run_at if job.enabled else None)
+    if not job.enabled:
+        return "disabled", None
+    try:
+        return "enabled", next_fire(job.schedule, job.tz, now)
+    except (ValueError, KeyError):
+        return "enabled", None

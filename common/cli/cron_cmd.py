@@ -115,7 +115,7 @@ def _job_rows(ctx: Context) -> list[dict]:
     now = time.time()
     rows = []
     for job in jobs:
-        state, next_at = _state_and_next(job, last[job.id], now)
+        state, next_at = cron.job_state(job, last[job.id], now)
         last_state, last_at = last[job.id] or ("", None)
         rows.append({
             "name": job.name, "state": state, "schedule": job.schedule, "tz": job.tz, "run_at": job.run_at,
@@ -127,19 +127,6 @@ def _job_rows(ctx: Context) -> list[dict]:
             "misfire_grace_s": job.misfire_grace_s, "prompt": job.prompt, "created_by": job.created_by,
         })
     return rows
-
-
-def _state_and_next(job: cron_store.CronJob, last: tuple[str, float] | None, now: float) -> tuple[str, float | None]:
-    if not job.schedule:
-        if last is not None or (job.run_at or 0) <= job.active_since:
-            return "done", None
-        return ("enabled" if job.enabled else "disabled"), (job.run_at if job.enabled else None)
-    if not job.enabled:
-        return "disabled", None
-    try:
-        return "enabled", cron.next_fire(job.schedule, job.tz, now)
-    except (ValueError, KeyError):
-        return "enabled", None
 
 
 def cmd_list(args: argparse.Namespace) -> int:

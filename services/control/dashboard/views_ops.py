@@ -111,20 +111,6 @@ async def revoke(d: Dashboard, request: web.Request) -> web.StreamResponse:
 # ------------------------------------------------------------------ cron
 
 
-def _state_and_next(job: cron_store.CronJob, last, now: float) -> tuple[str, float | None]:
-    """As `starling cron list` says it: enabled with its next fire, disabled, or done (a one-shot that ran)."""
-    if not job.schedule:
-        if last is not None or (job.run_at or 0) <= job.active_since:
-            return "done", None
-        return ("enabled" if job.enabled else "disabled"), (job.run_at if job.enabled else None)
-    if not job.enabled:
-        return "disabled", None
-    try:
-        return "enabled", cron.next_fire(job.schedule, job.tz, now)
-    except (ValueError, KeyError):
-        return "enabled", None
-
-
 def _cron_page(d: Dashboard, request: web.Request, status: int = 200, error: str = "", form=None,
                editing: str = "") -> web.Response:
     now = time.time()
@@ -132,7 +118,7 @@ def _cron_page(d: Dashboard, request: web.Request, status: int = 200, error: str
         jobs = []
         for job in cron_store.list_all(conn):
             last = cron_store.last_run_of(conn, job.id)
-            state, next_at = _state_and_next(job, last, now)
+            state, next_at = cron.job_state(job, last, now)
             jobs.append({"job": job, "state": state, "next": cron.local_iso(next_at, job.tz) if next_at else "-",
                          "last": f"{last[0]} {cron.local_iso(last[1], job.tz)}" if last else "-"})
         runs = cron_store.recent_runs(conn, None, RUNS_SHOWN)
