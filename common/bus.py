@@ -326,6 +326,17 @@ class WriterClient:
         except (asyncio.TimeoutError, BusTimeout):
             return False
 
+    def send_hint(self, op: m.ShowDraft) -> bool:
+        """Fire and forget: one frame now, never acked, never resent (a streaming draft, which the writer only
+        relays). False when it could not go out (no writer connected, its queue full, too large): it is lost,
+        which loses nothing."""
+        if self._sock is None:
+            return False
+        payload = encode(op)
+        if len(payload) > MAX_FRAME_BYTES:
+            return False
+        return self._send([self._signer.mac(payload), payload])
+
     def _flush(self) -> None:
         """Send the requests made in this turn of the event loop: one alone as a Request, more in
         Requests frames (at most REQUESTS_PER_FRAME each, and under the frame limit)."""
@@ -532,6 +543,9 @@ class EventSubscriber:
             self.drops(reason, error=error, size=len(frames[2]))
             return None
         self._last_heard = time.monotonic()
+        if isinstance(event, m.AnswerDraft):  # a hint outside the sequence: a lost one is never a reason to re-read
+            self.stats.events += 1
+            return event
         state = self._state
         if event.epoch != state.epoch:
             first = not state.epoch

@@ -4,7 +4,8 @@ Rules (DESIGN.md, "The bus"): a new field gets a default; a field's type never c
 validates; one union per socket. Sockets and their unions:
 
 - writer ROUTER, client -> writer: ``RequestFrame``: a ``Request`` (an id, an idempotency key and one
-  ``WriteOp``), or ``Requests`` carrying several in one frame
+  ``WriteOp``), or ``Requests`` carrying several in one frame, or a ``ShowDraft`` hint (published, never
+  committed nor acked)
 - writer ROUTER, writer -> client: ``AckFrame``: an ``Ack`` (the request's id and a ``Result`` or an
   error), or ``Acks`` bundling a client's acks from one group commit
 - writer PUB -> subscribers: ``Event``, on a topic (see ``topic_for``)
@@ -500,7 +501,22 @@ class Requests(Msg):
     requests: list[Request]
 
 
-RequestFrame = Request | Requests
+class ShowDraft(Msg, kw_only=True):
+    """Runner -> writer, fire and forget: the answer so far of a turn's model step, for the writer to publish as an
+    ``AnswerDraft`` on ``topic_draft(instance)``. A hint, not a write: never committed, never acked, never resent;
+    losing one loses nothing (the next one, or the final outbox row, carries the whole text)."""
+
+    instance: str
+    chat: str
+    thread: str = ""
+    session_id: Int
+    turn_id: Int
+    step: Int = 0
+    text: str
+    done: bool = False
+
+
+RequestFrame = Request | Requests | ShowDraft
 
 
 # ---------------------------------------------------------------- results and acks
@@ -565,7 +581,24 @@ class CronChanged(Event):
     job_id: Int
 
 
-AnyEvent = TurnPending | OutboxPending | WriterBeat | CronChanged
+class AnswerDraft(Event, kw_only=True):  # kw_only: required fields follow thread's default
+    """The answer so far of a turn that is still being written (a hint: outside the writer's gap detection, so a
+    lost one never makes a subscriber re-read). ``instance`` and ``chat`` are those of the turn's outbox rows
+    (``chat`` whole, e.g. Slack's "<channel>:<thread_ts>"); ``thread`` is the part of ``chat`` after its first
+    ":" (Slack's thread_ts, a Telegram forum topic), "" where there is none. ``seq`` counts per topic, apart
+    from the committed events' (WriterBeat.seqs never holds it)."""
+
+    instance: str
+    chat: str
+    thread: str = ""  # the reply's thread where the platform has one (Slack thread_ts, Telegram topic)
+    session_id: Int
+    turn_id: Int
+    step: Int = 0  # model step within the turn (a tool call starts a new step)
+    text: str  # the whole answer so far, not a delta: a lost hint loses nothing
+    done: bool = False  # this step's text is complete
+
+
+AnyEvent = TurnPending | OutboxPending | WriterBeat | CronChanged | AnswerDraft
 
 TOPIC_TURN = "turn/"
 TOPIC_BEAT = "beat/"
@@ -575,3 +608,8 @@ TOPIC_CRON = "cron/"
 def topic_outbox(instance: str) -> str:
     """Outbox wake-ups for one gateway instance. The trailing slash keeps prefix matches exact."""
     return f"outbox/{instance}/"
+
+
+def topic_draft(instance: str) -> str:
+    """Streaming drafts (``AnswerDraft``) for one gateway instance; not part of any gap detection."""
+    return f"draft/{instance}/"
