@@ -27,6 +27,7 @@ from services.writer import apply as ops
 from services.writer import disk
 from services.writer import group_commit
 from services.writer import lease_clock
+from services.writer import relay
 from services.writer import startup
 from services.writer.maintenance import Maintenance
 
@@ -100,6 +101,7 @@ class Writer:
         self.carry: list[tuple[bytes, m.Request]] = []  # requests received past batch_max, for the next batch
         self.maintenance_answers: dict[str, m.Result] = {}
         self.own_log = daemon_log.Local(svc.name, self.epoch)  # its warnings and errors, into daemon_log
+        self.relay = relay.Relay(self.pub, self.signer, self.epoch)  # streaming drafts: relayed, not written
 
     # ------------------------------------------------------------ receiving
 
@@ -121,6 +123,9 @@ class Writer:
             return []
         if isinstance(frame, m.Requests):
             return [(ident, req) for req in frame.requests]
+        if isinstance(frame, m.ShowDraft):  # a hint: published now, never committed nor acked (relay.py)
+            self.relay.show(frame)
+            return []
         return [(ident, frame)]
 
     def _decode_apart(self, ident: bytes, payload: bytes, error: str) -> list[tuple[bytes, m.Request]]:
