@@ -20,6 +20,7 @@ Control endpoints (both modes):
   GET    /_script                            steps not yet consumed
   POST   /_script                            append steps: a JSON list of steps, or {"steps": [...]}
   DELETE /_script                            drop all pending steps
+  POST   /_pace                              {"tokens": N, "seconds": S} the fake's pace; {} for none
   GET    /_health                            {"ok": true}
 
 A step is a JSON object; every key is optional, and {} is the echo answer:
@@ -34,9 +35,19 @@ A step is a JSON object; every key is optional, and {} is the echo answer:
   "message": "...", "code": "..." with "status": the error's message and (OpenAI) code / (Anthropic) type
   "malformed": "not_json" | "wrong_shape"   a 200 whose body is not JSON / JSON of the wrong shape
   "when": "text"                  only a request whose last user or tool text contains this consumes it
+  "pace": {"tokens": 200, "seconds": 4}   this answer's pace (else the fake's own, `pace=` / `--pace 200/4`):
+                                  a streamed text in at most `tokens` pieces spread over `seconds`; an answer
+                                  not streamed comes after `seconds`
+  "stream_break": "cut" | "error" | "truncate", "break_after": 2   a streamed answer breaks after that many
+                                  pieces of text: the connection dropped, the API's mid-stream error event
+                                  (Anthropic overloaded_error, or "code"), or an end before the last event
   "kill_client": true             SIGKILL the process at the other end of the connection (found by its TCP
                                   port in /proc: a client on this host), the way the kernel's OOM killer
                                   ends a runner an answer blew up; the request is then never answered
+
+A request with `"stream": true` is answered as the API streams (tests/fake_model_streams.py:
+text/event-stream, the real event names and fields, OpenAI's usage chunk only with
+`stream_options.include_usage`); errors before the stream are the same JSON errors as without.
 
 Requests are checked as the real APIs check them (tests/model_api_rules.py: tool results answering tool
 calls once, roles, content, names, max_tokens, the auth and version headers...): a request the real API
@@ -63,6 +74,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fake_model_streams import stream_anthropic, stream_openai
 from tests.fake_server import FakeServerProcess, listen, serve_until_stopped
 from tests.model_api_rules import Refusal, anthropic_refusal, openai_refusal
 from tests.model_image_rules import ANTHROPIC_REQUEST_MAX
@@ -76,7 +88,7 @@ MAX_DELAY = 60.0
 AUTH_HEADERS = ("authorization", "x-api-key")
 _STEP_KEYS = {
     "api", "delay", "text", "tool_call", "tool_calls", "usage", "status", "retry_after", "message", "code",
-    "malformed", "stop_reason", "when", "kill_client",
+    "malformed", "stop_reason", "when", "kill_client", "pace", "stream_break", "break_after",
 }
 _ANTHROPIC_ERROR_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -105,7 +117,20 @@ def check_step(step: Any) -> Step:
     for call in _calls(step):
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             raise ValueError(f"a tool call needs a name: {call!r}")
+    if step.get("stream_break") not in (None, "cut", "error", "truncate"):
+        raise ValueError(f"stream_break must be cut, error or truncate, got {step['stream_break']!r}")
+    if "pace" in step:
+        check_pace(step["pace"])
     return step
+
+
+def check_pace(pace: Any) -> dict[str, Any]:
+    """pace ({"tokens": N, "seconds": S}, or {} for none), or ValueError."""
+    if not isinstance(pace, dict) or set(pace) - {"tokens", "seconds"}:
+        raise ValueError(f"a pace is {{\"tokens\": N, \"seconds\": S}}, got {pace!r}")
+    if not 0 <= int(pace.get("tokens", 0)) <= 100_000 or not 0 <= float(pace.get("seconds", 0)) <= MAX_DELAY:
+        raise ValueError(f"pace tokens 0..100000, seconds 0..{MAX_DELAY}")
+    return pace
 
 
 def _calls(step: Step) -> list[dict[str, Any]]:
@@ -136,11 +161,12 @@ class FakeModels:
     """The fake servers in the current event loop; `async with` starts and stops them."""
 
     def __init__(self, script: list[Step] = (), *, host: str = "127.0.0.1", port: int = 0, strict: bool = True,
-                 keyless: bool = False) -> None:
+                 keyless: bool = False, pace: dict[str, Any] | None = None) -> None:
         self.host = host
         self.port = port
         self.strict = strict
         self.keyless = keyless
+        self.pace = check_pace(pace) if pace else None  # every answer's pace unless its step has one
         self._script: deque[Step] = deque()
         self._recorded: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._ids = count(1)
@@ -191,6 +217,7 @@ class FakeModels:
             web.get("/_script", self._get_script),
             web.post("/_script", self._post_script),
             web.delete("/_script", self._clear_script),
+            web.post("/_pace", self._post_pace),
             web.get("/_health", self._health),
         ])
         self._runner, self.port = await listen(app, self.host, self.port)
@@ -277,6 +304,22 @@ class FakeModels:
         n_out = int(usage.get("output", max(1, len(text or "") // 4 + 10 * len(calls))))
         model = body.get("model", "fake") if isinstance(body, dict) else "fake"
         n = next(self._ids)
+        pace = step.get("pace", self.pace)
+        assert self._closing is not None
+        if isinstance(body, dict) and body.get("stream") is True:
+            record["stream"] = True
+            answer = (n, model, text, calls, n_in, n_out, step.get("stop_reason"))
+            if api == "openai":
+                include_usage = (body.get("stream_options") or {}).get("include_usage") is True
+                return await stream_openai(request, step, *answer, include_usage=include_usage, pace=pace,
+                                           closing=self._closing)
+            return await stream_anthropic(request, step, *answer, pace=pace, closing=self._closing)
+        if pace and float(pace.get("seconds", 0)) > 0:  # the same model, not streamed: the whole answer at the end
+            try:
+                await asyncio.wait_for(self._closing.wait(), float(pace["seconds"]))
+                return _error(api, 503, "fake server stopping")
+            except TimeoutError:
+                pass
         if api == "openai":
             return web.json_response(_openai_reply(n, model, text, calls, n_in, n_out, step.get("stop_reason")))
         return web.json_response(_anthropic_reply(n, model, text, calls, n_in, n_out, step.get("stop_reason")))
@@ -308,6 +351,14 @@ class FakeModels:
     async def _clear_script(self, request: web.Request) -> web.Response:
         self._script.clear()
         return web.json_response({"ok": True})
+
+    async def _post_pace(self, request: web.Request) -> web.Response:
+        try:
+            data = await request.json()
+            self.pace = check_pace(data) if data else None
+        except (ValueError, TypeError) as e:
+            return web.json_response({"error": str(e)}, status=400)
+        return web.json_response({"pace": self.pace})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -429,7 +480,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="0: any free port")
     p.add_argument("--lifetime", type=float, default=900.0, help="stop after this many seconds (default 900)")
     p.add_argument("--keyless", action="store_true", help="require no auth header (a local server)")
+    p.add_argument("--pace", default="", help="TOKENS/SECONDS: every answer streams TOKENS pieces over SECONDS")
     args = p.parse_args(argv)
+    pace = None
+    if args.pace:
+        tokens, _, seconds = args.pace.partition("/")
+        try:
+            pace = check_pace({"tokens": int(tokens), "seconds": float(seconds)})
+        except ValueError as e:
+            p.error(f"--pace: {e}")
     script = json.loads(args.script.read_text()) if args.script else []
     if not isinstance(script, list):
         p.error("--script: expected a JSON list of steps")
@@ -438,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             check_step(step)
     except ValueError as e:
         p.error(f"--script: {e}")
-    fake = FakeModels(script, host=args.host, port=args.port, keyless=args.keyless)
+    fake = FakeModels(script, host=args.host, port=args.port, keyless=args.keyless, pace=pace)
     asyncio.run(serve_until_stopped(fake, args.port_file, args.lifetime, "fake_models"))
     return 0
 
@@ -449,10 +508,11 @@ class FakeModelsProcess(FakeServerProcess):
     name = "fake_models"
 
     def __init__(self, workdir: Path, script: list[Step] = (), *, lifetime: float = 600.0,
-                 keyless: bool = False) -> None:
+                 keyless: bool = False, pace: dict[str, Any] | None = None) -> None:
         super().__init__(workdir, lifetime=lifetime)
         self.script = list(script)
         self.keyless = keyless
+        self.pace = pace
 
     @property
     def openai_url(self) -> str:
@@ -464,6 +524,8 @@ class FakeModelsProcess(FakeServerProcess):
 
     def extra_args(self) -> list[str]:
         args = ["--keyless"] if self.keyless else []
+        if self.pace:
+            args += ["--pace", f"{int(self.pace.get('tokens', 0))}/{float(self.pace.get('seconds', 0))}"]
         if not self.script:
             return args
         script_file = self.workdir / "fake_models.script.json"
@@ -475,6 +537,9 @@ class FakeModelsProcess(FakeServerProcess):
 
     def add(self, *steps: Step) -> None:
         self._call("POST", "/_script", list(steps))
+
+    def set_pace(self, pace: dict[str, Any] | None) -> None:
+        self._call("POST", "/_pace", pace or {})
 
     def clear(self) -> None:
         self._call("DELETE", "/_requests")

@@ -19,6 +19,7 @@ OpenAI (Chat Completions):
   of tool messages it belongs to, each id exactly once; every id is answered before the next non-tool
   message (and before the end of the list).
 - `tools`: a non-empty list of {type: function, function: {name, ...}} with the same name rules.
+- `stream` a boolean; `stream_options` (an object; `include_usage` a boolean) only with `stream` true.
 - content parts: a user message's list holds text, image_url, input_audio and file parts; system,
   developer and tool messages text parts only, assistant text and refusal; an image_url part anywhere but in
   a user message is refused. An image is a `data:` URL of image/png, image/jpeg, image/gif or image/webp,
@@ -27,6 +28,7 @@ OpenAI (Chat Completions):
 
 Anthropic (Messages):
 - `x-api-key` (401) and `anthropic-version` headers required; `model`, `max_tokens` and `messages` required.
+- `stream`, when present, a boolean.
 - `system` is top-level: a "system" role in `messages` is refused (as every model before Claude Opus 4.8
   does; the providers never send one). Any other role than user and assistant is refused.
 - Consecutive messages of one role are combined into one turn (the API reference says so), and the
@@ -188,8 +190,28 @@ def _openai(body: Any, headers: dict[str, str], keyless: bool) -> None:
     if run_from is not None:
         _openai_run_closed(run_from, open_ids, answered)
     _openai_tools(body)
+    _openai_stream(body)
     if (problem := openai_image_problem(messages)) is not None:
         raise _o(*problem)
+
+
+def _openai_stream(body: dict) -> None:
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _o(f"Invalid type for 'stream': expected a boolean, but got {_a(stream)} instead.", "stream",
+                 "invalid_type")
+    if "stream_options" not in body or body["stream_options"] is None:
+        return
+    if stream is not True:
+        raise _o("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options")
+    options = body["stream_options"]
+    if not isinstance(options, dict):
+        raise _o(f"Invalid type for 'stream_options': expected an object, but got {_a(options)} instead.",
+                 "stream_options", "invalid_type")
+    usage = options.get("include_usage")
+    if usage is not None and not isinstance(usage, bool):
+        raise _o(f"Invalid type for 'stream_options.include_usage': expected a boolean, but got {_a(usage)}"
+                 " instead.", "stream_options.include_usage", "invalid_type")
 
 
 def _openai_content(m: dict, i: int, role: str, has_calls: bool) -> None:
@@ -364,6 +386,8 @@ def _anthropic(body: Any, headers: dict[str, str], keyless: bool) -> None:
         raise _x("max_tokens: Input should be a valid integer")
     if body["max_tokens"] < 0:  # 0 only warms the prompt cache
         raise _x("max_tokens: Input should be greater than or equal to 0")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise _x("stream: Input should be a valid boolean")
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         raise _x("system: Input should be a valid string")

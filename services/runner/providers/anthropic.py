@@ -11,6 +11,12 @@ ends with the person's turn), a history that starts with the assistant gets a sh
 tool calls and results become plain text in a request without tools (the API refuses tool blocks there),
 and tool-call ids are reduced to the characters the API accepts ([A-Za-z0-9_-]), the same way on both
 sides, so a history made with another provider still pairs up.
+
+Streamed (`stream: true`): message_start (the model, input usage), content_block_start / _delta / _stop per
+block (text_delta pieces of text; a tool_use's input as input_json_delta pieces of JSON text, parsed at its
+stop), message_delta (stop_reason, the usage so far: its counts replace message_start's), message_stop;
+ping and event types this reader does not know are skipped, as the API asks; an `error` event (such as
+overloaded_error mid-stream) is that error.
 """
 
 from __future__ import annotations
@@ -20,12 +26,20 @@ import re
 from typing import Any
 
 from services.runner.llm import Message, ModelReply, ToolCall, ToolSpec, Usage
+from services.runner.providers import sse
 from services.runner.providers.base import Malformed, Provider
 
 API_VERSION = "2023-06-01"
 HISTORY_CUT = "(earlier conversation omitted)"
 EMPTY_MESSAGE = "(a message without text)"
 _BAD_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+# the HTTP status an error event stands for, by its type (the API's error types)
+ERROR_STATUS = {
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
+    "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+    "timeout_error": 504, "overloaded_error": 529,
+}
+_INPUT_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 def _id(call_id: str) -> str:
@@ -120,6 +134,9 @@ class AnthropicProvider(Provider):
             return 502, data
         return None
 
+    def _stream_reader(self) -> sse.StreamReader:
+        return _Stream(self.model)
+
     def _parse(self, data: Any) -> ModelReply:
         content = data["content"]
         if not isinstance(content, list):
@@ -137,13 +154,86 @@ class AnthropicProvider(Provider):
                 calls.append(ToolCall(id=block["id"], name=block["name"], arguments=args))
             # thinking, redacted_thinking and server-tool blocks carry nothing the runner uses
         usage = data.get("usage") or {}
-        input_tokens = sum(
-            int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        )
+        input_tokens = sum(int(usage.get(k) or 0) for k in _INPUT_USAGE)
         return ModelReply(
             text="".join(texts),
             tool_calls=tuple(calls),
             usage=Usage(input_tokens=input_tokens, output_tokens=int(usage.get("output_tokens") or 0)),
             stop_reason=str(data.get("stop_reason") or ""),
             model=str(data.get("model") or self.model),
+        )
+
+
+def _tool_input(block: dict[str, Any]) -> dict[str, Any]:
+    pieces = "".join(block["json"])
+    if not pieces:
+        args = block.get("input") or {}
+    else:
+        try:
+            args = json.loads(pieces)
+        except ValueError:
+            return {"_raw": pieces}
+    return args if isinstance(args, dict) else {"_raw": json.dumps(args)}
+
+
+class _Stream(sse.StreamReader):
+    """Messages stream events, gathered into the reply `_parse` would make of the whole message."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.calls: list[ToolCall] = []
+        self.usage: dict[str, Any] = {}
+        self.stop_reason = ""
+        self.done = False
+
+    def event(self, event: sse.Event) -> None:
+        data = json.loads(event.data)
+        kind = data.get("type", event.name) if isinstance(data, dict) else None
+        if kind is None:
+            raise Malformed("an event is not an object")
+        if kind == "error":
+            error = data.get("error") if isinstance(data.get("error"), dict) else {}
+            raise sse.StreamError(ERROR_STATUS.get(error.get("type"), 502), data)
+        if kind == "message_start":
+            message = data["message"]
+            self.model = str(message.get("model") or self.model)
+            self.usage.update(message.get("usage") or {})
+        elif kind == "content_block_start":
+            block = dict(data["content_block"])
+            block["json"] = []
+            self.blocks[int(data["index"])] = block
+            if block["type"] == "text" and block.get("text"):
+                self.parts.append(block["text"])
+        elif kind == "content_block_delta":
+            block = self.blocks[int(data["index"])]
+            delta = data["delta"]
+            if delta["type"] == "text_delta":
+                self.parts.append(delta["text"])
+            elif delta["type"] == "input_json_delta":
+                block["json"].append(delta["partial_json"])
+            # thinking_delta, signature_delta, citations_delta: nothing the runner uses
+        elif kind == "content_block_stop":
+            block = self.blocks[int(data["index"])]
+            if block["type"] == "tool_use":
+                self.calls.append(ToolCall(id=block["id"], name=block["name"], arguments=_tool_input(block)))
+        elif kind == "message_delta":
+            self.stop_reason = str((data.get("delta") or {}).get("stop_reason") or self.stop_reason)
+            self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.done = True
+        # ping, and any event type added later: skipped
+
+    def ended(self) -> bool:
+        return self.done
+
+    def reply(self) -> ModelReply:
+        return ModelReply(
+            text="".join(self.parts),
+            tool_calls=tuple(self.calls),
+            usage=Usage(input_tokens=sum(int(self.usage.get(k) or 0) for k in _INPUT_USAGE),
+                        output_tokens=int(self.usage.get("output_tokens") or 0)),
+            stop_reason=self.stop_reason,
+            model=self.model,
         )

@@ -19,6 +19,13 @@ A subclass says where to POST, with which headers, how to build the body and how
   when the server sends one, else exponential backoff with jitter, each wait at most `max_wait_s`; no
   attempt starts after `budget_s` from the first. A server that asks for more than `max_wait_s` is not
   retried: the person hears about it at once. 4xx answers are final.
+- Streaming (when the caller passes `on_text`): the body asks for a stream (`_stream_body`), the SSE answer
+  is read event by event (`_stream_reader`, providers/sse.py) and `on_text` gets the whole text so far
+  after each read that added some. The reply is the same ModelReply as without a stream. An error before
+  the first byte is classified and retried exactly as without; a stream cut in the middle, one that stops
+  before its last event, or an error event inside it (Anthropic's overloaded_error) is retried whole
+  within the same attempts and budget: the text starts again from nothing, and so does `on_text`. A
+  server that answers a stream request with plain JSON is read as before (and `on_text` gets its text).
 - Key values never reach an exception or a log line: texts from the server are scrubbed of the key and
   passed through the redactor before they are used. Every request body is redacted too (common.redact):
   no secret value the runner knows, in any form it finds, reaches a model.
@@ -35,7 +42,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -45,6 +52,7 @@ from common.log import get_logger
 from common.redact import redact, redact_value, refresh
 from common.secrets import resolve_secret
 from services.runner.llm import Message, ModelReply, ProviderError, ToolSpec
+from services.runner.providers import sse
 
 if TYPE_CHECKING:
     from common.config import Provider as ProviderConfig
@@ -180,6 +188,14 @@ class Provider(ABC):
     def _parse(self, data: Any) -> ModelReply:
         """A ModelReply from a 200 answer's JSON; raises Malformed (or KeyError/TypeError/ValueError)."""
 
+    def _stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body of a streamed request."""
+        return {**body, "stream": True}
+
+    @abstractmethod
+    def _stream_reader(self) -> sse.StreamReader:
+        """A reader for one attempt's streamed answer."""
+
     def _extra_headers(self) -> dict[str, str]:
         return {}
 
@@ -190,16 +206,20 @@ class Provider(ABC):
     # --- the call ---------------------------------------------------------------------------------------
 
     async def complete(
-        self, system: str, messages: list[Message], tools: list[ToolSpec], *, max_tokens: int = 2048
+        self, system: str, messages: list[Message], tools: list[ToolSpec], *, max_tokens: int = 2048,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
-        """One model answer; raises ProviderError when it fails for good."""
+        """One model answer; raises ProviderError when it fails for good. With ``on_text`` the answer is
+        streamed, and ``on_text`` gets the whole text so far as it grows (from "" again on a retry)."""
         key = self._resolve_key()
-        headers = {"content-type": "application/json", "accept": "application/json", **self._extra_headers()}
+        accept = "text/event-stream" if on_text else "application/json"
+        headers = {"content-type": "application/json", "accept": accept, **self._extra_headers()}
         if key:
             headers.update(self._auth_headers(key))
         refresh()
+        body = self._body(system, messages, tools, max_tokens)
         # The one place every request body passes: no secret value the runner knows reaches a model.
-        body = redact_value(self._body(system, messages, tools, max_tokens))
+        body = redact_value(self._stream_body(body) if on_text else body)
         payload = json.dumps(body, ensure_ascii=False).encode()
         url = self._endpoint()
         started = time.monotonic()
@@ -207,7 +227,9 @@ class Provider(ABC):
         attempt = 0
         while attempt < self.max_attempts:
             attempt += 1
-            answer, failure = await self._attempt(url, headers, payload)
+            answer, failure = await self._attempt(url, headers, payload, on_text)
+            if isinstance(answer, ModelReply):
+                return answer
             if answer is not None:
                 try:
                     return self._read(answer)
@@ -273,12 +295,23 @@ class Provider(ABC):
         return self._session
 
     async def _attempt(
-        self, url: str, headers: dict[str, str], payload: bytes
-    ) -> tuple[_Answer | None, _Failure | None]:
+        self, url: str, headers: dict[str, str], payload: bytes, on_text: Callable[[str], None] | None = None
+    ) -> tuple[_Answer | ModelReply | None, _Failure | None]:
         host = urlsplit(url).hostname or url
         try:
             async with self._get_session().post(url, data=payload, headers=headers) as resp:
+                if on_text is not None and resp.status == 200 and resp.content_type == "text/event-stream":
+                    return await self._read_stream(resp, on_text)
                 body = await _read_bounded(resp)
+                if on_text is not None and resp.status == 200:  # a server that did not stream: read as JSON
+                    answer = _Answer(resp.status, {k.lower(): v for k, v in resp.headers.items()}, body)
+                    try:
+                        reply = self._read(answer)
+                    except _Refused as r:
+                        return None, r.failure
+                    if reply.text:
+                        on_text(reply.text)
+                    return reply, None
                 return _Answer(resp.status, {k.lower(): v for k, v in resp.headers.items()}, body), None
         except aiohttp.ConnectionTimeoutError as e:
             return None, self._unreachable(_connect_reason(e, host))
@@ -296,6 +329,41 @@ class Provider(ABC):
             return None, _Failure("malformed", _MALFORMED, detail, False)
         except aiohttp.ClientError as e:
             return None, self._unreachable(_connect_reason(e, host))
+
+    async def _read_stream(
+        self, resp: aiohttp.ClientResponse, on_text: Callable[[str], None]
+    ) -> tuple[ModelReply | None, _Failure | None]:
+        """One streamed answer: the reply once its last event came, else why not (a cut is retried whole)."""
+        reader = self._stream_reader()
+        decoder = sse.Decoder()
+        size = shown = 0
+        try:
+            async for chunk in resp.content.iter_any():
+                size += len(chunk)
+                if size > MAX_RESPONSE_BYTES:
+                    detail = f"answer from {self.shown_url} over {MAX_RESPONSE_BYTES} bytes"
+                    return None, _Failure("malformed", _MALFORMED, detail, False)
+                for event in decoder.feed(chunk):
+                    reader.event(event)
+                    if reader.ended():
+                        break
+                if len(reader.parts) != shown:
+                    shown = len(reader.parts)
+                    on_text("".join(reader.parts))
+                if reader.ended():
+                    break
+            if not reader.whole():
+                return None, self._unreachable("the answer stopped before its end")
+            return reader.reply(), None
+        except sse.StreamError as e:
+            headers = {k.lower(): v for k, v in resp.headers.items()}
+            failure = self._classify(e.status, headers, e.data, b"")
+            return None, failure
+        except (Malformed, KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            detail = f"unexpected stream event ({type(e).__name__}: {self._scrub(str(e))})"
+            return None, _Failure("malformed", _MALFORMED, detail, False)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+            return None, self._unreachable("the connection was cut in the middle of the answer")
 
     def _unreachable(self, reason: str) -> _Failure:
         return _Failure(

@@ -6,6 +6,12 @@ versions); `content` may be null, a string or a list of text parts; an error sen
 does this for upstream failures) is treated as the error it reports. `finish_reason` is passed on as is: some
 servers say "stop" for a tool call, so callers should look at `tool_calls`, not at `stop_reason`.
 
+Streamed (`stream: true` with `stream_options.include_usage`): chunks of `choices[0].delta` (content pieces;
+tool calls by `index`, their id and name in the first piece, `arguments` in pieces to join), a
+`finish_reason`, a last chunk with `usage` and no choices, then `data: [DONE]`. A chunk holding an `error`
+(OpenRouter, vLLM) is that error. A server that sends no [DONE] is done once a finish_reason came and the
+stream ends.
+
 api.openai.com gets `max_completion_tokens` (its reasoning models refuse `max_tokens`); every other server
 gets `max_tokens`, which all of them accept.
 """
@@ -18,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.runner.llm import Message, ModelReply, ToolCall, ToolSpec, Usage
+from services.runner.providers import sse
 from services.runner.providers.base import Malformed, Provider
 
 
@@ -102,6 +109,12 @@ class OpenAIProvider(Provider):
             ]
         return body
 
+    def _stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+    def _stream_reader(self) -> sse.StreamReader:
+        return _Stream(self)
+
     def _embedded_error(self, data: Any) -> tuple[int, Any] | None:
         if isinstance(data, dict) and "choices" not in data and data.get("error"):
             err = data["error"]
@@ -134,4 +147,83 @@ class OpenAIProvider(Provider):
             ),
             stop_reason=str(choice.get("finish_reason") or ""),
             model=str(data.get("model") or self.model),
+        )
+
+
+class _Stream(sse.StreamReader):
+    """Chat Completions chunks, gathered into the reply `_parse` would make of the whole answer."""
+
+    def __init__(self, provider: OpenAIProvider) -> None:
+        super().__init__()
+        self.provider = provider
+        self.calls: dict[int, dict[str, Any]] = {}  # by index: {"id", "name", "arguments": [pieces] | object}
+        self.finish = ""
+        self.usage: dict[str, Any] = {}
+        self.model = ""
+        self.done = False
+
+    def event(self, event: sse.Event) -> None:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return
+        data = json.loads(event.data)
+        if not isinstance(data, dict):
+            raise Malformed("a chunk is not an object")
+        embedded = self.provider._embedded_error(data)
+        if embedded is not None:
+            raise sse.StreamError(*embedded)
+        self.model = str(data.get("model") or self.model)
+        if isinstance(data.get("usage"), dict):
+            self.usage = data["usage"]
+        for choice in data.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = _text(delta.get("content"))
+            if content:
+                self.parts.append(content)
+            for position, piece in enumerate(delta.get("tool_calls") or ()):
+                self._call_piece(piece, position)
+            if choice.get("finish_reason"):
+                self.finish = str(choice["finish_reason"])
+
+    def _call_piece(self, piece: dict[str, Any], position: int) -> None:
+        index = piece.get("index", position)
+        call = self.calls.setdefault(int(index), {"id": "", "name": "", "arguments": []})
+        if piece.get("id"):
+            call["id"] = str(piece["id"])
+        fn = piece.get("function") or {}
+        if fn.get("name"):
+            call["name"] = fn["name"]
+        arguments = fn.get("arguments")
+        if isinstance(arguments, dict):  # some llama.cpp and Ollama versions send the object whole
+            call["arguments"] = arguments
+        elif isinstance(arguments, str) and isinstance(call["arguments"], list):
+            call["arguments"].append(arguments)
+
+    def ended(self) -> bool:
+        return self.done
+
+    def whole(self) -> bool:
+        return self.done or bool(self.finish)
+
+    def reply(self) -> ModelReply:
+        calls = []
+        for i, index in enumerate(sorted(self.calls)):
+            call = self.calls[index]
+            if not isinstance(call["name"], str) or not call["name"]:
+                raise Malformed("tool call without a name")
+            raw = call["arguments"]
+            arguments = decode_arguments("".join(raw) if isinstance(raw, list) else raw)
+            call_id = call["id"] or f"call_{i}_{uuid.uuid4().hex[:12]}"
+            calls.append(ToolCall(id=call_id, name=call["name"], arguments=arguments))
+        return ModelReply(
+            text="".join(self.parts),
+            tool_calls=tuple(calls),
+            usage=Usage(
+                input_tokens=int(self.usage.get("prompt_tokens") or 0),
+                output_tokens=int(self.usage.get("completion_tokens") or 0),
+            ),
+            stop_reason=self.finish,
+            model=self.model or self.provider.model,
         )
