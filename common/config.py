@@ -140,6 +140,7 @@ class Telegram(_Gateway, kw_only=True):
     mode: Literal["polling", "webhook"] = "polling"
     api_base: str = "https://api.telegram.org"
     listen: str = "127.0.0.1:7830"
+    streaming: Literal["off", "draft"] = "draft"  # the answer shows while the model writes (sendMessageDraft)
     public_url: str = ""
     secret_token: SecretName = "telegram-main-webhook"
 
@@ -157,6 +158,7 @@ class Slack(_Gateway, kw_only=True):
     api_base: str = "https://slack.com/api"
     listen: str = "127.0.0.1:7831"
     ping_interval_s: Annotated[float, Meta(ge=0.2, le=300)] = 10.0  # socket mode: no pong in half of it: reconnect
+    streaming: Literal["off", "draft"] = "draft"  # the answer grows in one message in the thread while the model writes
 
 
 class WhatsApp(_Gateway, kw_only=True):
@@ -169,11 +171,15 @@ class WhatsApp(_Gateway, kw_only=True):
     listen: str = "127.0.0.1:7832"
     template: str = ""  # an approved template sent when a reply falls outside the 24-hour window ("" = none)
     template_language: str = "en_US"
+    streaming: Literal["off", "draft"] = "off"  # only "off": WhatsApp shows no drafts (the typing indicator only)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mode == "cloud" and not self.phone_number_id:
             raise _FieldError("phone_number_id", "required when mode = \"cloud\"")
+        if self.streaming != "off":
+            raise _FieldError("streaming", "only \"off\" on WhatsApp: it cannot show an answer while it is written"
+                                           " (it has the typing indicator only)")
 
 
 class Gateways(_Section, kw_only=True):
@@ -194,6 +200,11 @@ class Gateways(_Section, kw_only=True):
 
     def all(self) -> list[Telegram | Slack | WhatsApp]:
         return [*self.telegram, *self.slack, *self.whatsapp]
+
+    def streams(self, instance: str) -> bool:
+        """Whether the gateway instance shows answers while the model writes (streaming = "draft"); the CLI's
+        "cli" and an unknown instance do not."""
+        return any(gw.id == instance and gw.streaming == "draft" for gw in self.all())
 
 
 class Shell(_Section, kw_only=True):
