@@ -68,7 +68,7 @@ def progress(text: str) -> None:
 class BenchStack:
     """A home with a fake platform, the fake model, a writer, runners and the gateway; ``stop`` ends them all.
 
-    Subclasses set ``service`` (the gateway's module under services/, e.g. "gateway_telegram"), ``fake_label``
+    Subclasses set ``service`` (the gateway's module under services/, e.g. "gateway.telegram"), ``fake_label``
     (its name in the figures) and ``reaper_name``, and implement ``start_fake``, ``config_text`` and
     ``secrets``; ``connected`` says when the gateway is talking to the platform (default: once ready)."""
 
@@ -104,7 +104,7 @@ class BenchStack:
 
     @property
     def gateway_name(self) -> str:
-        return self.service.replace("_", "-")  # the service's name in its log lines
+        return self.service.replace(".", "-")  # the service's name in its log lines
 
     def guard(self, pid: int) -> None:
         """Tell the reaper about a process to stop should this one die without cleaning up."""

@@ -15,7 +15,7 @@ channel thread (started by a mention of the bot, then replies in the thread with
 talk to a bot in a channel); each sends one message every ``--period`` s (1.2), the channels' phases spread
 evenly over the period: about 16.7 messages/s offered, open loop (a message goes at its time whatever
 became of the previous one). Why this load: Slack allows about one chat.postMessage a second per channel
-(short bursts tolerated, then 429), and the gateway paces itself to that (services/gateway_slack/outbound.py:
+(short bursts tolerated, then 429), and the gateway paces itself to that (services/gateway/slack/outbound.py:
 one post per channel per second), so a channel writing faster than once a second would measure the pacing
 and a growing backlog, not Starling; at 1.2 s a reply waits for its channel's pace only when its latency
 exceeds the previous reply's by more than 0.2 s. Slack has no per-app cap across channels for
@@ -100,7 +100,7 @@ class Stack(BenchStack):
     """bench/gateway_e2e.py's stack around the fake Slack and the Slack gateway in Socket Mode; ready once the
     gateway's WebSocket is up."""
 
-    service = "gateway_slack"
+    service = "gateway.slack"
     fake_label = "fake slack"
     reaper_name = "slack bench reaper"
 

@@ -11,7 +11,7 @@ plays the people: it queues their messages at the fake through its control endpo
 Load: ``--chats`` private chats (20), each sending one message every ``--period`` s (1.2), the chats' phases
 spread evenly over the period: about 16.7 messages/s offered, open loop (a message goes at its time whatever
 became of the previous one). Why this load: Telegram lets a bot send about one message a second to a chat and
-30 a second in all, and the gateway paces itself to that (common/gateway/limits.py), so a chat writing faster
+30 a second in all, and the gateway paces itself to that (services/gateway/limits.py), so a chat writing faster
 than once a second would measure the pacing, not Starling; at 1.2 s a reply waits for its chat's pace only when
 its latency exceeds the previous reply's by more than 0.2 s. 20 chats at that rate stay under the 30 a second
 a bot may send. An open loop keeps the offered load constant however slow the system gets, so slowness shows
@@ -81,7 +81,7 @@ def message(chat: int, n: int) -> str:
 class Stack(BenchStack):
     """bench/gateway_e2e.py's stack around the fake Bot API and the Telegram gateway in long-polling mode."""
 
-    service = "gateway_telegram"
+    service = "gateway.telegram"
     fake_label = "fake bot api"
     reaper_name = "telegram bench reaper"
 

@@ -18,7 +18,7 @@ every ``--period`` s (1.2), the numbers' phases spread evenly over the period: a
 offered, open loop (a message goes at its time whatever became of the previous one). Why this load: it is
 bench/telegram_e2e.py's (the issue sets the same targets), so the figures compare across platforms.
 WhatsApp's own limits are looser for this: the Cloud API takes 80 messages/s per business number by default,
-and the gateway paces itself to that (services/gateway_whatsapp/outbound.py) and to 20 a second per
+and the gateway paces itself to that (services/gateway/whatsapp/outbound.py) and to 20 a second per
 recipient. Meta's pair rate limit (about one message every 6 s to one person, with bursts allowed) would,
 over minutes, throttle a person writing every 1.2 s; the fake does not enforce it here, because this
 measures Starling, not Meta's pacing. The fake posts up to ``--webhook-concurrency`` (4) webhooks at once,
@@ -110,7 +110,7 @@ class Stack(BenchStack):
     """bench/gateway_e2e.py's stack around the fake Cloud API and the WhatsApp gateway's webhook; ready once
     Meta's GET verification passes."""
 
-    service = "gateway_whatsapp"
+    service = "gateway.whatsapp"
     fake_label = "fake whatsapp"
     reaper_name = "whatsapp bench reaper"
 

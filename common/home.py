@@ -90,12 +90,12 @@ class Paths:
 
     @property
     def spool_dir(self) -> Path:
-        """Gateways' spools of events acknowledged before the writer stored them (common/gateway/spool.py)."""
+        """Gateways' spools of events acknowledged before the writer stored them (services/gateway/spool.py)."""
         return self.data_dir / "spool"
 
     @property
     def dead_letters_dir(self) -> Path:
-        """Dead letters the writer could not take (common/gateway/dead_letters.py)."""
+        """Dead letters the writer could not take (services/gateway/dead_letters.py)."""
         return self.data_dir / "dead-letters"
 
     @property

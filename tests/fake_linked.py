@@ -1,4 +1,4 @@
-"""A fake WhatsApp Web client behind services/gateway_whatsapp/linked.LinkedClient, for tests only.
+"""A fake WhatsApp Web client behind services/gateway/whatsapp/linked.LinkedClient, for tests only.
 
 It plays the phone and WhatsApp's servers: pairing by QR or pair code, connections that fail or drop,
 logouts with a reason, messages in and out. Its keys live in the session store like a real client's
@@ -20,7 +20,7 @@ import os
 import secrets
 from pathlib import Path
 
-from services.gateway_whatsapp.linked import (
+from services.gateway.whatsapp.linked import (
     ConnectError, LinkedClient, LinkedMessage, LogoutReason, SendError, SendKind,
 )
 

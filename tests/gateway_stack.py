@@ -40,7 +40,7 @@ def base_config(model_url: str, runner_lease_s: float = 3) -> str:
 
 
 class GatewayStack:
-    service = ""  # e.g. "gateway_telegram"
+    service = ""  # e.g. "gateway.telegram"
 
     def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", runners: int = 1,
                  runner_lease_s: float = 3, **fake) -> None:

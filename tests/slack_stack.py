@@ -13,7 +13,7 @@ OWNER = "U0OWNER"  # the allowed user in every stack
 
 
 class SlackStack(GatewayStack):
-    service = "gateway_slack"
+    service = "gateway.slack"
 
     def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", runners: int = 1,
                  **fake) -> None:

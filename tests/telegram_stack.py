@@ -13,7 +13,7 @@ OWNER = 42  # the allowed user in every stack
 
 
 class Stack(GatewayStack):
-    service = "gateway_telegram"
+    service = "gateway.telegram"
 
     def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", tokens=(DEFAULT_TOKEN,),
                  runners: int = 1, runner_lease_s: float = 3) -> None:

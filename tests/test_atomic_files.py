@@ -14,7 +14,7 @@ from common import home as home_mod
 from common.home import ensure_layout, ensure_token_file, paths_for, write_private_file
 from common.personas import create_pack
 from common.secrets import remove_secret, set_secret
-from services.gateway_whatsapp.session_vault import SessionVault, derive_key
+from services.gateway.whatsapp.session_vault import SessionVault, derive_key
 from services.runner.tools import memory
 from tests.tool_helpers import make_ctx, no_secrets_from_other_tests  # noqa: F401 (fixture)
 

@@ -25,7 +25,7 @@ from common.config import default_config_text
 from common.secrets import set_secret
 from common.stores import turn_store
 from schema import messages as m
-from services.gateway_whatsapp.session_vault import SessionVault
+from services.gateway.whatsapp.session_vault import SessionVault
 from tests.procs import make_home, remove_home, start_writer, wait_until
 
 BIG_TEXT = "x" * 8000

@@ -1,4 +1,4 @@
-"""Dead letters (common/gateway/dead_letters.py, Gateway.submit): only an event refused for itself is passed
+"""Dead letters (services/gateway/dead_letters.py, Gateway.submit): only an event refused for itself is passed
 over, and then kept whole, in the dead_letters table or, while the writer cannot take it, in a file moved
 into the table later; with an alert, and counted by `starling status` and `starling doctor`. The writer's
 condition (disk_full) is held, however long, never a dead letter."""
@@ -15,12 +15,12 @@ from common import db, holding
 from common.cli import held
 from common.cli.doctor_cmd import WARN, check_held
 from common.errors import WriteRejected
-from common.gateway import base
-from common.gateway import dead_letters as dl
-from common.gateway.access import Verdict
-from common.gateway.channel import InboundMessage
 from common.stores import dead_letter_store, outbox_store
 from schema import messages as m
+from services.gateway import base
+from services.gateway import dead_letters as dl
+from services.gateway.access import Verdict
+from services.gateway.channel import InboundMessage
 from tests.procs import REPO, make_home, remove_home, start_writer
 
 CONFIG = ('[[gateways.telegram]]\nid = "tg"\ntoken = "tg-token"\n'

@@ -182,8 +182,8 @@ class FullFor:
 def test_a_reply_sent_whose_report_cannot_be_stored_is_reported_later_and_never_sent_twice(monkeypatch):
     from types import SimpleNamespace
 
-    from common.gateway.channel import Sent
-    from common.gateway.delivery import Deliverer
+    from services.gateway.channel import Sent
+    from services.gateway.delivery import Deliverer
     from common.stores import outbox_store
 
     monkeypatch.setattr(holding, "MAX_S", 0.3)

@@ -20,7 +20,7 @@ import urllib.request
 from collections import Counter, defaultdict
 
 from common.db import read_tx
-from common.gateway import spool
+from common.held_files import read_spool
 from common.stores import turn_store
 from tests.gateway_stack import Feeder, stream_plan
 from tests.procs import Proc, wait_until
@@ -246,7 +246,7 @@ def test_slack_through_a_full_disk_acks_only_what_is_stored_or_spooled():
         assert s.sl.records("expired") == []  # nothing waited out Slack's retries unacked
         assert s.sl.pending() == []
         assert '"event":"spooling"' in s.gateway.log_text()  # the spool carried the full disk
-        wait_until(lambda: spool.read(spool_file)[0] == [], 10, what="the spool to drain")
+        wait_until(lambda: read_spool(spool_file)[0] == [], 10, what="the spool to drain")
         no_tracebacks(s.writer, s.gateway, *s.runners)
 
 

@@ -12,7 +12,8 @@ import signal
 import threading
 import time
 
-from common.gateway import spool
+from common.held_files import read_spool
+from services.gateway import spool
 from tests.fake_whatsapp import DEFAULT_APP_SECRET, DEFAULT_PHONE_NUMBER_ID, message_payload, sign
 from tests.procs import wait_until
 from tests.slack_stack import OWNER as SLACK_OWNER
@@ -52,7 +53,7 @@ def test_telegram_confirms_no_offset_while_the_writer_is_away():
 
 
 def spooled_event_ids(s) -> list[str]:
-    entries, _ = spool.read(s.home.paths.spool_dir / "gateway-slack.spool")
+    entries, _ = read_spool(s.home.paths.spool_dir / "gateway-slack.spool")
     return [e.event["payload"]["event_id"] for e in entries]
 
 

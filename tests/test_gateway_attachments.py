@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import stat
 
-from common.gateway import attachments
-from common.gateway.channel import InboundMessage
+from services.gateway import attachments
+from services.gateway.channel import InboundMessage
 
 
 class _Log:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from common.gateway.limits import Bucket, Window
+from services.gateway.limits import Bucket, Window
 
 
 async def _times(limiter, calls: int) -> list[float]:
@@ -60,7 +60,7 @@ def test_bucket_refills_after_idle():
 
 
 def test_telegram_paces_bot_and_groups_with_buckets_and_keys_apart():
-    from services.gateway_telegram.outbound import Sender
+    from services.gateway.telegram.outbound import Sender
 
     sender = Sender(api=None, log=None)
     assert isinstance(sender.bot, Bucket) and (sender.bot.limit, sender.bot.rate) == (30, 30.0)

@@ -126,7 +126,7 @@ def test_status_lists_every_gateway_process_and_each_serves_only_its_instances(h
 
 def test_the_process_name_alone_picks_the_instances_under_systemd(home):
     """systemd starts `--name gateway-telegram-side` (starling-gateway@telegram-side), no --process."""
-    result = subprocess.run([sys.executable, "-m", "services.gateway_telegram", "--home", str(home.root), "--name",
+    result = subprocess.run([sys.executable, "-m", "services.gateway.telegram", "--home", str(home.root), "--name",
                              "gateway-telegram-nobody"], cwd=REPO, capture_output=True, text=True, timeout=30,
                             env=home.env)
     assert (0, True) == (result.returncode, '"process":"nobody"' in result.stdout), result.stdout
@@ -135,7 +135,7 @@ def test_the_process_name_alone_picks_the_instances_under_systemd(home):
 
 def test_gateway_help_shows_instance_and_process(home):
     for platform in ("telegram", "slack", "whatsapp"):
-        result = subprocess.run([sys.executable, "-m", f"services.gateway_{platform}", "--help"], cwd=REPO,
+        result = subprocess.run([sys.executable, "-m", f"services.gateway.{platform}", "--help"], cwd=REPO,
                                 capture_output=True, text=True, timeout=30)
         assert (0, True, True) == (result.returncode, "--instance ID" in result.stdout, "--process NAME" in result.stdout)
 

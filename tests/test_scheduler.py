@@ -16,11 +16,11 @@ import pytest
 from croniter import croniter
 
 from common import cron, db
+from common.personas import create_pack
+from common.secrets import set_secret
 from common.stores import cron_store, outbox_store, turn_store
 from schema import messages as m
 from services.scheduler.clock import ENV
-from common.personas import create_pack
-from common.secrets import set_secret
 from tests.fake_models import FakeModelsProcess
 from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
 

@@ -1,4 +1,4 @@
-"""Tests for services/gateway_slack/format.py: Markdown to mrkdwn, splitting, the plain reading."""
+"""Tests for services/gateway/slack/format.py: Markdown to mrkdwn, splitting, the plain reading."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.gateway.text import utf16_len
-from services.gateway_slack.format import (
+from services.gateway.text import utf16_len
+from services.gateway.slack.format import (
     DEFAULT_PART_LIMIT,
     _split_parts,
     escape,

@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 
 from common.db import read_tx
-from common.gateway import spool
+from common.held_files import read_spool
 from common.stores import turn_store
 from tests.gateway_stack import Feeder, log_events, stream_plan
 from tests.procs import start_writer, wait_until
@@ -85,7 +85,7 @@ def test_a_writer_away_longer_than_slacks_retries_loses_nothing():
             s.kill_writer(restart=False)
             until(KILL_GATEWAY_AT_S)
             wait_until(lambda: s.sl.pending() == [], 5, what="every envelope so far acked (spooled)")
-            held = len(spool.read(spool_file)[0])
+            held = len(read_spool(spool_file)[0])
             assert held >= len(DMS) * 5, held  # acknowledged to Slack, only in the spool
             s.kill_gateway(restart=False)
             s.start_gateway(wait_ready=False)  # it waits for the writer
@@ -116,7 +116,7 @@ def test_a_writer_away_longer_than_slacks_retries_loses_nothing():
         assert s.sl.pending() == []
         replayed = log_events(s.gateway.log_text(), "spool_replayed")
         assert replayed and replayed[-1]["events"] == held  # the successor handed on what it found
-        wait_until(lambda: spool.read(spool_file)[0] == [], 10, what="the spool to drain")
+        wait_until(lambda: read_spool(spool_file)[0] == [], 10, what="the spool to drain")
         with read_tx(s.reader()) as conn:  # each once (a replayed event is deduped by its event id)
             for dm in DMS:
                 assert [t.content for t in turn_store.user_turns_for_chat(conn, "sl", dm)] == sent[dm]

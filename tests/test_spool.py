@@ -1,4 +1,4 @@
-"""The gateway spool (common/gateway/spool.py): an event is durable before it is acknowledged (stored, or
+"""The gateway spool (services/gateway/spool.py): an event is durable before it is acknowledged (stored, or
 appended and fsynced), spooled events are handed on in order and replayed after a restart, a
 redelivery is not spooled twice, the file stays bounded and is emptied once everything is stored."""
 
@@ -8,8 +8,9 @@ import asyncio
 import json
 import os
 
-from common.gateway import spool as sp
-from common.gateway.spool import Spool
+from common.held_files import spool_sizes
+from services.gateway import spool as sp
+from services.gateway.spool import Spool
 
 
 class Log:
@@ -179,7 +180,7 @@ def test_sizes_counts_what_is_not_yet_stored(tmp_path):
         await s.close()
 
     asyncio.run(go())
-    found = sp.sizes(tmp_path / "spool")
+    found = spool_sizes(tmp_path / "spool")
     assert list(found) == ["gw"] and found["gw"][0] == 2 and found["gw"][1] > 0
 
 

@@ -247,7 +247,7 @@ def test_exec_start_runs_an_existing_module_and_logs_like_supervisord(units, ren
         if instance:  # supervisord's process names: runner-N, gateway-<platform>, gateway-<platform>-<NAME>
             assert args[2:] == ["--name", process]
         platform = instance.split("-")[0]
-        assert module == {"runner": "services.runner", "gateway": f"services.gateway_{platform}"}.get(
+        assert module == {"runner": "services.runner", "gateway": f"services.gateway.{platform}"}.get(
             process.split("-")[0], f"services.{process}")
         assert log == str(home / "data" / "logs" / f"{process}.log")
 

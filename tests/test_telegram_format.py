@@ -1,4 +1,4 @@
-"""Tests for services/gateway_telegram/format.py: Markdown to Telegram HTML, splitting, plain fallback."""
+"""Tests for services/gateway/telegram/format.py: Markdown to Telegram HTML, splitting, plain fallback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.gateway_telegram.format import (
+from services.gateway.telegram.format import (
     split_html,
     split_plain,
     to_html,

@@ -12,12 +12,12 @@ import urllib.request
 import aiohttp
 
 from common import db
-from common.gateway.channel import Sent
 from common.secrets import set_secret
 from schema import messages as m
-from services.gateway_telegram.api import BotApi
-from services.gateway_telegram.format import split_html, to_html
-from services.gateway_telegram.outbound import Sender
+from services.gateway.channel import Sent
+from services.gateway.telegram.api import BotApi
+from services.gateway.telegram.format import split_html, to_html
+from services.gateway.telegram.outbound import Sender
 from tests.fake_telegram import DEFAULT_TOKEN, FakeTelegram
 from tests.procs import Proc, wait_until
 from tests.telegram_stack import OWNER, stack
@@ -92,13 +92,13 @@ def test_two_bots_in_one_process_and_split_across_two(tmp_path):
         s.gateway.stop()
         # now one process per bot
         s.start_gateway("--instance", "tg")
-        second = Proc(s.home, "gateway_telegram", "--instance", "tg2", "--name", "gateway-telegram-2")
+        second = Proc(s.home, "gateway.telegram", "--instance", "tg2", "--name", "gateway-telegram-2")
         s.extra_procs.append(second)
         s.tg.message("again first", user=OWNER)
         s.tg.message("again second", user=OWNER, bot=SECOND_TOKEN.split(":")[0])
         wait_until(lambda: len(s.tg.sent(chat_id=OWNER)) >= 4, 20, what="both answers again")
         assert {"tg"} == instances_in(s.gateway) and {"tg2"} == instances_in(second)
-        wrong = Proc(s.home, "gateway_telegram", "--instance", "nope", "--name", "gateway-telegram-3")
+        wrong = Proc(s.home, "gateway.telegram", "--instance", "nope", "--name", "gateway-telegram-3")
         assert 1 == wrong.popen.wait(20)
         assert "no such [[gateways.telegram]] id" in wrong.log_text()
         wrong.stop()
@@ -203,7 +203,7 @@ async def _poll_until_offset(handle_batch, tries: int = 3, hold_s: float = 0.01)
     the update's id, what was kept as a dead letter) once the offset moved past the update."""
     from types import SimpleNamespace
 
-    from services.gateway_telegram import channel as tgc
+    from services.gateway.telegram import channel as tgc
 
     async with FakeTelegram() as fake, aiohttp.ClientSession() as session:
         ch = tgc.TelegramChannel.__new__(tgc.TelegramChannel)

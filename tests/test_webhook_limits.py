@@ -13,8 +13,8 @@ import time
 import pytest
 from aiohttp import web
 
-from common.gateway import webhook
 from common.log import get_logger
+from services.gateway import webhook
 from tests.fake_whatsapp import DEFAULT_APP_SECRET, DEFAULT_PHONE_NUMBER_ID, message_payload, sign
 from tests.procs import wait_until
 from tests.whatsapp_stack import OWNER, WhatsAppStack, free_port

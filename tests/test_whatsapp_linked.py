@@ -11,14 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from common.gateway.channel import Failed, InboundMessage, Retry, Sent
 from schema import messages as m
-from services.gateway_whatsapp import linked, linking
-from services.gateway_whatsapp.linked import (
-    Backoff, Link, LinkedMessage, LinkRecord, LogoutReason, SendError, SendKind, Skip, State,
+from services.gateway.channel import Failed, InboundMessage, Retry, Sent
+from services.gateway.whatsapp import linked, linking
+from services.gateway.whatsapp.linked import (
+    Backoff, Link, LinkedMessage, LinkRecord, LogoutReason, SendError, SendKind, Skip, State
 )
-from services.gateway_whatsapp.linked_transport import UNLINK_REQUEST, LinkedTransport
-from services.gateway_whatsapp.session_vault import SessionVault
+from services.gateway.whatsapp.linked_transport import UNLINK_REQUEST, LinkedTransport
+from services.gateway.whatsapp.session_vault import SessionVault
 from tests.fake_linked import ACCOUNT, NO_ACCOUNT, FakeClient
 
 # ---------------------------------------------------------------- the state machine

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from common import db
 from common.stores import beat_store
-from services.gateway_whatsapp.linking import render_qr
+from services.gateway.whatsapp.linking import render_qr
 from tests.fake_linked import ACCOUNT, DIR_ENV
 from tests.gateway_stack import GatewayStack
 from tests.procs import REPO, wait_until
@@ -29,7 +29,7 @@ class _NoPlatform:
 
 
 class LinkedStack(GatewayStack):
-    service = "gateway_whatsapp"
+    service = "gateway.whatsapp"
 
     def start_fake(self, root: Path, **kw):
         return _NoPlatform()

@@ -13,12 +13,12 @@ neonize = pytest.importorskip("neonize")
 from neonize.aioze.client import ClientFactory  # noqa: E402
 from neonize.proto import Neonize_pb2 as proto  # noqa: E402
 
-from services.gateway_whatsapp.linked import LogoutReason, SendKind  # noqa: E402
-from services.gateway_whatsapp.neonize_client import (  # noqa: E402
+from services.gateway.whatsapp.linked import LogoutReason, SendKind  # noqa: E402
+from services.gateway.whatsapp.neonize_client import (  # noqa: E402
     NeonizeClient, _logout_reason, _send_error, require_neonize,
 )
-from services.gateway_whatsapp.session_vault import SessionVault, derive_key  # noqa: E402
-from services.gateway_whatsapp.working_copy import DB_KEY  # noqa: E402
+from services.gateway.whatsapp.session_vault import SessionVault, derive_key  # noqa: E402
+from services.gateway.whatsapp.working_copy import DB_KEY  # noqa: E402
 
 
 class _Log:
@@ -92,7 +92,7 @@ def test_library_errors_map_to_send_kinds():
 
 
 def test_sending_without_a_connection_is_not_connected(tmp_path):
-    from services.gateway_whatsapp.linked import SendError
+    from services.gateway.whatsapp.linked import SendError
 
     c = client(tmp_path)
     with pytest.raises(SendError) as err:

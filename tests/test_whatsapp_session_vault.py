@@ -1,4 +1,4 @@
-"""The linked device's session at rest (services/gateway_whatsapp/session_vault.py, working_copy.py):
+"""The linked device's session at rest (services/gateway/whatsapp/session_vault.py, working_copy.py):
 AES-256-GCM per value, refused when altered or under another key, atomic and durable writes, modes."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from common.errors import StarlingError
-from services.gateway_whatsapp.session_vault import (
+from services.gateway.whatsapp.session_vault import (
     MAGIC, NONCE_BYTES, SessionBusy, SessionError, SessionVault, derive_key,
 )
-from services.gateway_whatsapp.working_copy import DB_KEY, HEADER, WorkingCopy
+from services.gateway.whatsapp.working_copy import DB_KEY, HEADER, WorkingCopy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -129,7 +129,7 @@ def test_a_leftover_temporary_file_leaves_the_last_good_value(tmp_path):
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from services.gateway_whatsapp.session_vault import SessionVault, derive_key
+    from services.gateway.whatsapp.session_vault import SessionVault, derive_key
     s = SessionVault(Path(sys.argv[1]), derive_key(b"k", "wa"), "wa")
     n = 0
     while True:
@@ -161,7 +161,7 @@ def test_one_process_holds_the_session_at_a_time(tmp_path):
     s.lock()
     holder = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         from pathlib import Path
-        from services.gateway_whatsapp.session_vault import SessionVault, SessionBusy, derive_key
+        from services.gateway.whatsapp.session_vault import SessionVault, SessionBusy, derive_key
         s = SessionVault(Path({str(s.folder)!r}), derive_key(b"secret-one", "wa"), "wa")
         assert s.busy()
         try:

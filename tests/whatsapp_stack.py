@@ -23,7 +23,7 @@ def free_port() -> int:
 
 
 class WhatsAppStack(GatewayStack):
-    service = "gateway_whatsapp"
+    service = "gateway.whatsapp"
 
     def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", runners: int = 1) -> None:
         self.port = free_port()

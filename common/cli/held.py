@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import db
-from common.gateway import dead_letters, spool
+from common.held_files import dead_letters_in_files, spool_sizes
 from common.home import Paths
 from common.stores import dead_letter_store
 
@@ -44,8 +44,8 @@ class Held:
 
 
 def read(paths: Paths) -> Held:
-    held = Held(dead_letter_files=dead_letters.count_in_files(paths.dead_letters_dir),
-                spools=spool.sizes(paths.spool_dir), reserve=(paths.data_dir / RESERVE_FILE).exists())
+    held = Held(dead_letter_files=dead_letters_in_files(paths.dead_letters_dir),
+                spools=spool_sizes(paths.spool_dir), reserve=(paths.data_dir / RESERVE_FILE).exists())
     if not paths.db_file.exists():
         return held
     try:

@@ -1,5 +1,5 @@
 """`starling whatsapp link|unlink`: link a personal number to a `mode = "linked"` gateway instance by QR
-code or pair code, or unlink it (services/gateway_whatsapp/linking.py does the work)."""
+code or pair code, or unlink it (services/gateway/whatsapp/linking.py does the work)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _show(text: str) -> None:
 
 
 def cmd_link(args: argparse.Namespace) -> int:
-    from services.gateway_whatsapp import linking
+    from services.gateway.whatsapp import linking
 
     ctx = Context.from_args(args)
     instance = _instance(ctx, args.instance)
@@ -63,7 +63,7 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 
 def cmd_unlink(args: argparse.Namespace) -> int:
-    from services.gateway_whatsapp import linking
+    from services.gateway.whatsapp import linking
 
     ctx = Context.from_args(args)
     instance = _instance(ctx, args.instance)

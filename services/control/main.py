@@ -20,7 +20,7 @@ from aiohttp import web
 from common import db, health, holding
 from common.db import read_tx
 from common.errors import StarlingError
-from common.gateway.webhook import HEADER_TIMEOUT_S, HeaderDeadline
+from common.header_deadline import HEADER_TIMEOUT_S, HeaderDeadline
 from common.home import ensure_token_file
 from common.runtime import Runtime
 from common.service import Service, boot

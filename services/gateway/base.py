@@ -5,9 +5,9 @@ What a channel receives is handed to the writer by ``submit``, which holds while
 lasts (a full disk, an I/O error, a busy or restarting writer: common/holding.py), however long: the
 channel acknowledges the event to its platform only once ``submit`` returned. An event refused for
 itself (it fails validation), or failing for a reason of its own SUBMIT_TRIES times, is kept whole as a
-dead letter (common/gateway/dead_letters.py) and passed over. A platform whose retries end sooner than
+dead letter (services/gateway/dead_letters.py) and passed over. A platform whose retries end sooner than
 a writer outage may last (``Channel.spools``: Slack) acknowledges once the event is in the process's
-spool (common/gateway/spool.py), replayed at the next start before anything new is received.
+spool (services/gateway/spool.py), replayed at the next start before anything new is received.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ import msgspec
 
 from common import db, holding
 from common.errors import StarlingError
-from common.gateway.access import Access, Verdict
-from common.gateway.channel import Channel, InboundMessage
-from common.gateway.dead_letters import DeadLetters
-from common.gateway.delivery import Deliverer
-from common.gateway.spool import SUFFIX as SPOOL_SUFFIX
-from common.gateway.spool import Entry, Spool
-from common.gateway.typing import Typing
-from common.gateway.webhook import WebhookServers
+from common.held_files import SPOOL_SUFFIX, SpoolEntry
 from common.programs import serving
 from common.runtime import Runtime
 from common.service import Service, boot
 from schema import messages as m
+from services.gateway.access import Access, Verdict
+from services.gateway.channel import Channel, InboundMessage
+from services.gateway.dead_letters import DeadLetters
+from services.gateway.delivery import Deliverer
+from services.gateway.spool import Spool
+from services.gateway.typing import Typing
+from services.gateway.webhook import WebhookServers
 
 MAX_TEXT = 32_000  # characters of one inbound message kept (platforms cap lower; a forged event may not)
 START_RETRY_S = (2.0, 60.0)  # a channel that cannot start retries with this backoff (first, max)
@@ -147,7 +147,7 @@ class Gateway:
             text += f"; spool: {events} events not yet stored ({size / 1024:.0f} KB)"
         return text
 
-    async def _spooled_failed(self, entry: Entry, exc: BaseException) -> None:
+    async def _spooled_failed(self, entry: SpoolEntry, exc: BaseException) -> None:
         await self.dead_letters.keep(self.channels[entry.instance], entry.key, entry.event,
                                      f"{type(exc).__name__}: {exc}")
 
@@ -247,7 +247,7 @@ def _options(platform: str):
 
 
 def main(platform: str, make_channel: MakeChannel, argv: list[str] | None = None) -> int:
-    """`python -m services.gateway_<platform> [--instance ID ... | --process NAME]`: serve the platform's
+    """`python -m services.gateway.<platform> [--instance ID ... | --process NAME]`: serve the platform's
     instances that have no ``process`` (the platform's program), those with ``process = "NAME"`` (a
     process of their own, gateway-<platform>-NAME), or only the named ones."""
     svc: Service = boot(f"gateway-{platform}", argv, description=f"Starling's {platform} gateway",

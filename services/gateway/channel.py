@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple
 from schema import messages as m
 
 if TYPE_CHECKING:
-    from common.gateway.base import Gateway
+    from services.gateway.base import Gateway
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Channel:
     platform = ""
     senders_in_groups = False  # True: an allowed sender is answered in any group, not only in allowed ones
     # True: the platform's retries end sooner than a writer outage may last (Slack), so events are
-    # acknowledged once in the process's spool (common/gateway/spool.py), replayed by handle_spooled
+    # acknowledged once in the process's spool (services/gateway/spool.py), replayed by handle_spooled
     spools = False
 
     @staticmethod

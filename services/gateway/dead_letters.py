@@ -14,24 +14,23 @@ import asyncio
 import json
 import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from common import holding
 from common.errors import StarlingError
+from common.held_files import DEAD_LETTER_SUFFIX
 from common.home import make_private_dir
 from schema import messages as m
 
 if TYPE_CHECKING:
-    from common.gateway.base import Gateway
-    from common.gateway.channel import Channel
+    from services.gateway.base import Gateway
+    from services.gateway.channel import Channel
 
 WRITER_WITHIN_S = 5.0   # then the event goes to the file instead
 ALERT_WITHIN_S = 5.0
 ALERT_EVERY_S = 300.0   # one alert message per process in this long; the log has every one
-FILE_SUFFIX = ".jsonl"
 _decode_op = msgspec.json.Decoder(m.DeadLetter)
 _encode = msgspec.json.Encoder()
 
@@ -48,30 +47,12 @@ def as_text(raw: object) -> str:
         return repr(raw)
 
 
-def files(folder: Path) -> list[Path]:
-    try:
-        return sorted(p for p in folder.iterdir() if p.name.endswith(FILE_SUFFIX))
-    except FileNotFoundError:
-        return []
-
-
-def count_in_files(folder: Path) -> int:
-    """Dead letters waiting in files (the writer could not take them), for status and doctor."""
-    total = 0
-    for path in files(folder):
-        try:
-            total += sum(1 for line in path.read_bytes().splitlines() if line.strip())
-        except OSError:
-            continue
-    return total
-
-
 class DeadLetters:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.log = gateway.log
         self.folder = gateway.paths.dead_letters_dir
-        self.file = self.folder / f"{gateway.svc.name}{FILE_SUFFIX}"
+        self.file = self.folder / f"{gateway.svc.name}{DEAD_LETTER_SUFFIX}"
         self.kept = 0
         self._alerted_at = -ALERT_EVERY_S
         self._unalerted = 0

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 from common import bus, holding
 from common.errors import StarlingError, WriteRejected
-from common.gateway.channel import Failed, Outcome, Retry, Sent
 from schema import messages as m
+from services.gateway.channel import Failed, Outcome, Retry, Sent
 
 if TYPE_CHECKING:
-    from common.gateway.base import Gateway
+    from services.gateway.base import Gateway
 
 POLL_S = 1.0          # rows whose retry time came, and lost events, are found by this poll
 IN_FLIGHT = 64        # rows sent at once by one process (each from a different chat)

@@ -32,31 +32,19 @@ import ctypes
 import ctypes.util
 import json
 import os
-import time
-from dataclasses import dataclass, field
+
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from common.held_files import SpoolEntry, read_spool
 from common.home import fsync_dir, make_private_dir
 
 DIRECT_S = 1.0                 # the writer gets this long to store an event before it is spooled
 MAX_BYTES = 64 * 1024 * 1024   # the spool's bound on disk
 RESERVE_BYTES = 4 * 1024 * 1024  # allocated ahead of the end of the file
-SUFFIX = ".spool"
 _FALLOC_FL_KEEP_SIZE = 1
 
 Handle = Callable[[], Awaitable[object]]
-
-
-@dataclass
-class Entry:
-    seq: int
-    instance: str
-    key: str
-    event: dict
-    at: float = field(default_factory=time.time)
-    spooled: bool = False
-    durable: asyncio.Future | None = None
 
 
 def _libc():
@@ -77,46 +65,6 @@ def allocate_ahead(fd: int, offset: int, length: int) -> bool:
     return _LIBC.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
 
 
-def read(path: Path) -> tuple[list[Entry], int]:
-    """(the events in the file not marked done, in order; the highest seq seen)."""
-    entries: dict[int, Entry] = {}
-    top = 0
-    try:
-        lines = path.read_bytes().splitlines()
-    except (FileNotFoundError, NotADirectoryError):
-        return [], 0
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):  # a torn last line: never fsynced, never acknowledged
-            continue
-        if not isinstance(row, dict):
-            continue
-        if isinstance(row.get("done"), int):
-            entries.pop(row["done"], None)
-        elif isinstance(row.get("seq"), int) and isinstance(row.get("event"), dict):
-            entries[row["seq"]] = Entry(row["seq"], str(row.get("instance", "")), str(row.get("key", "")),
-                                        row["event"], float(row.get("at") or 0.0), spooled=True)
-        top = max(top, row.get("seq", 0) if isinstance(row.get("seq"), int) else 0)
-    return sorted(entries.values(), key=lambda e: e.seq), top
-
-
-def sizes(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every spool under ``folder``: process name -> (events not yet stored, bytes), for `status` and doctor."""
-    found = {}
-    try:
-        paths = sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX))
-    except FileNotFoundError:
-        return {}
-    for path in paths:
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            continue
-        found[path.name[:-len(SUFFIX)]] = (len(read(path)[0]), size)
-    return found
-
-
 class Spool:
     def __init__(self, path: Path, log, *, direct_s: float = DIRECT_S, max_bytes: int = MAX_BYTES) -> None:
         self.path = path
@@ -126,13 +74,13 @@ class Spool:
         self.fd: int | None = None
         self.size = 0
         self.seq = 0
-        self.spooled: dict[int, Entry] = {}  # in the file, not yet stored
-        self.held: dict[str, Entry] = {}     # by key: taken here and not yet stored
+        self.spooled: dict[int, SpoolEntry] = {}  # in the file, not yet stored
+        self.held: dict[str, SpoolEntry] = {}     # by key: taken here and not yet stored
         self.tasks: set[asyncio.Task] = set()
         self.ready: dict[str, asyncio.Event] = {}  # per instance: its replay is under way
-        self.on_failure: Callable[[Entry, BaseException], Awaitable[None]] | None = None  # the dead letters
+        self.on_failure: Callable[[SpoolEntry, BaseException], Awaitable[None]] | None = None  # the dead letters
         self._lock = asyncio.Lock()
-        self._loaded: list[Entry] = []
+        self._loaded: list[SpoolEntry] = []
 
     # ------------------------------------------------------------ start
 
@@ -140,7 +88,7 @@ class Spool:
         """Read what a predecessor left, and keep the file open for appends. A file that cannot be made
         (the disk full at start) is tried again at the first append; meanwhile nothing is spooled, so
         events are acknowledged only once stored."""
-        self._loaded, self.seq = read(self.path)
+        self._loaded, self.seq = read_spool(self.path)
         for entry in self._loaded:
             self.spooled[entry.seq] = entry
         try:
@@ -190,7 +138,7 @@ class Spool:
         if first is not None:  # a redelivery of an event held here: durable when the first copy is
             return await asyncio.shield(first.durable)
         self.seq += 1
-        entry = Entry(self.seq, instance, key, event)
+        entry = SpoolEntry(self.seq, instance, key, event)
         entry.durable = asyncio.get_running_loop().create_future()
         if key:
             self.held[key] = entry
@@ -205,13 +153,13 @@ class Spool:
             return True
         return entry.durable.done() and entry.durable.result()
 
-    def _start(self, entry: Entry, handle: Handle) -> asyncio.Task:
+    def _start(self, entry: SpoolEntry, handle: Handle) -> asyncio.Task:
         task = asyncio.create_task(self._handle(entry, handle))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
 
-    async def _handle(self, entry: Entry, handle: Handle) -> None:
+    async def _handle(self, entry: SpoolEntry, handle: Handle) -> None:
         stored = True
         try:
             await handle()
@@ -232,13 +180,13 @@ class Spool:
         if stored:
             await self._mark_done(entry)
 
-    def _release(self, entry: Entry) -> None:
+    def _release(self, entry: SpoolEntry) -> None:
         if entry.key and self.held.get(entry.key) is entry:
             del self.held[entry.key]
 
     # ------------------------------------------------------------ the file
 
-    async def _append(self, entry: Entry) -> bool:
+    async def _append(self, entry: SpoolEntry) -> bool:
         line = (json.dumps({"seq": entry.seq, "instance": entry.instance, "key": entry.key, "event": entry.event,
                             "at": entry.at}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         async with self._lock:
@@ -275,7 +223,7 @@ class Spool:
         os.fsync(self.fd)
         self.size += len(data)
 
-    async def _mark_done(self, entry: Entry) -> None:
+    async def _mark_done(self, entry: SpoolEntry) -> None:
         async with self._lock:  # after an _append under way: it sets ``spooled`` under this lock
             if not entry.spooled:
                 return

@@ -1,7 +1,7 @@
 """What every gateway's text formatter shares: the agent-Markdown grammar, UTF-16 length, links.
 
 Pure functions and compiled patterns, no I/O. Each platform's formatter
-(services/gateway_<platform>/format.py) reads the agent's Markdown with these patterns, so a reply
+(services/gateway/<platform>/format.py) reads the agent's Markdown with these patterns, so a reply
 is understood the same way everywhere; only the output syntax and the splitting rules differ.
 """
 

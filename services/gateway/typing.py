@@ -11,8 +11,8 @@ from common.db import read_tx
 from common.stores import turn_store
 
 if TYPE_CHECKING:
-    from common.gateway.base import Gateway
-    from common.gateway.channel import Channel
+    from services.gateway.base import Gateway
+    from services.gateway.channel import Channel
 
 EVERY_S = 4.0   # Telegram shows a chat action for 5 s; Slack and WhatsApp for longer
 FIRST_AFTER_S = 1.0  # a quick answer needs no sign: the first one goes after this

@@ -18,61 +18,12 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from common.errors import BusTimeout, StarlingError, WriteRejected
+from common.header_deadline import HEADER_TIMEOUT_S, HeaderDeadline
 
 MAX_BODY = 4 * 1024 * 1024  # platform events are small; a larger body is refused before it is read
 MAX_UNVERIFIED = 4  # bodies read at once before their signature is checked, per process
-HEADER_TIMEOUT_S = 10.0  # platforms send their headers at once; a trickle is cut
 BODY_TIMEOUT_S = 10.0  # a body that has not arrived by then is not a platform's
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class HeaderDeadline(asyncio.Protocol):
-    """Wraps aiohttp's protocol for one connection and aborts it when the first request's headers
-    are not complete within ``timeout_s`` (aiohttp itself has no header read timeout)."""
-
-    def __init__(self, inner: asyncio.Protocol, timeout_s: float, on_cut: Callable[[], None]) -> None:
-        self._inner = inner
-        self._timeout_s = timeout_s
-        self._on_cut = on_cut
-        self._timer: asyncio.TimerHandle | None = None
-        self._transport: asyncio.Transport | None = None
-        self._tail = b""  # the last bytes seen, to find the blank line across reads
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
-        self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._cut)
-        self._inner.connection_made(transport)
-
-    def _cut(self) -> None:
-        self._timer = None
-        if self._transport is not None and not self._transport.is_closing():
-            self._on_cut()
-            self._transport.abort()
-
-    def data_received(self, data: bytes) -> None:
-        if self._timer is not None:
-            seen = self._tail + data
-            if b"\n\r\n" in seen or b"\n\n" in seen:  # the blank line that ends the headers
-                self._timer.cancel()
-                self._timer = None
-            else:
-                self._tail = seen[-3:]
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
 
 
 def _refusal(cls: type[web.HTTPException], **kw) -> web.HTTPException:

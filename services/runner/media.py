@@ -61,7 +61,7 @@ LIMITS = {
 
 
 def line_pattern(path: str) -> re.Pattern:
-    """The gateway's line for the file at ``path`` (common/gateway/attachments.describe), with any note after it."""
+    """The gateway's line for the file at ``path`` (services/gateway/attachments.describe), with any note after it."""
     return re.compile(r"\[(?P<kind>[^\[\]\n]{1,40}) attached: " + re.escape(path)
                       + r" \((?P<kb>\d+) KB\)(?P<note>[^\]\n]*)\]")
 

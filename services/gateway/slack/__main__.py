@@ -1,8 +1,8 @@
-"""`python -m services.gateway_slack [--instance ID ...]`: the Slack gateway."""
+"""`python -m services.gateway.slack [--instance ID ...]`: the Slack gateway."""
 
 import sys
 
-from common.gateway.base import main
-from services.gateway_slack.channel import SlackChannel
+from services.gateway.base import main
+from services.gateway.slack.channel import SlackChannel
 
 sys.exit(main("slack", SlackChannel))

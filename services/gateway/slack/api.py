@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 import aiohttp
 
 from common.errors import StarlingError
-from common.gateway.http import NetworkError, download, request_json
+from services.gateway.http import NetworkError, download, request_json
 
 CALL_TIMEOUT_S = 30.0
 

@@ -4,7 +4,7 @@ agent works.
 
 An event is acknowledged (the envelope's ack, the HTTP 200) once it is durable on this host: stored by
 the writer, or, when the writer has not stored it within a second (away, restarting, its disk full),
-fsynced into the gateway's spool (common/gateway/spool.py), which hands it to the writer in order as
+fsynced into the gateway's spool (services/gateway/spool.py), which hands it to the writer in order as
 soon as it can and at the next start. Slack redelivers an unacked envelope only 3 times over about
 5 minutes, and an Events API post 3 times: without the spool a longer outage would lose events.
 """
@@ -24,17 +24,17 @@ from aiohttp import web
 
 from common.db import read_tx
 from common.errors import StarlingError
-from common.gateway import attachments
-from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
-from common.gateway.limits import InOrder
-from common.gateway.webhook import answer_after_ack
 from common.log import register_secret
 from common.secrets import resolve_secret
 from common.stores import session_store
 from schema import messages as m
-from services.gateway_slack import inbound
-from services.gateway_slack.api import NetworkError, SlackApi, SlackError
-from services.gateway_slack.outbound import Sender
+from services.gateway import attachments
+from services.gateway.channel import Channel, InboundMessage, Outcome, Progress
+from services.gateway.limits import InOrder
+from services.gateway.slack import inbound
+from services.gateway.slack.api import NetworkError, SlackApi, SlackError
+from services.gateway.slack.outbound import Sender
+from services.gateway.webhook import answer_after_ack
 
 RECONNECT_S = (1.0, 60.0)
 LINK_DISABLED_RETRY_S = 300.0

@@ -37,7 +37,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Final
 
-from common.gateway.text import (
+from services.gateway.text import (
     BACKTICKS,
     BULLET,
     CODE_SPAN,

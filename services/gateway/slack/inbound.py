@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, NamedTuple
 
-from common.gateway.channel import FileRef, InboundMessage, Parsed, Skip
+from services.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 HANDLED_SUBTYPES = (None, "", "file_share", "thread_broadcast")
 _LEADING_MENTION = re.compile(r"^\s*<@[A-Z0-9]+>[\s,:]*")

@@ -8,13 +8,13 @@ import asyncio
 import re
 from pathlib import Path
 
-from common.gateway.channel import Failed, Outcome, Progress, Retry, Sent
-from common.gateway.delivery import backoff
-from common.gateway.limits import Window, Windows
 from schema import messages as m
-from services.gateway_slack.api import NetworkError, SlackApi, SlackError
-from services.gateway_slack.format import split_mrkdwn, to_mrkdwn
-from services.gateway_slack.inbound import target
+from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
+from services.gateway.delivery import backoff
+from services.gateway.limits import Window, Windows
+from services.gateway.slack.api import NetworkError, SlackApi, SlackError
+from services.gateway.slack.format import split_mrkdwn, to_mrkdwn
+from services.gateway.slack.inbound import target
 
 FILE_MAX = 1024 * 1024 * 1024   # Slack's upload limit (1 GB)
 SECTION_MAX = 3000              # a Block Kit section's text

@@ -1,8 +1,8 @@
-"""`python -m services.gateway_telegram [--instance ID ...]`: the Telegram gateway."""
+"""`python -m services.gateway.telegram [--instance ID ...]`: the Telegram gateway."""
 
 import sys
 
-from common.gateway.base import main
-from services.gateway_telegram.channel import TelegramChannel
+from services.gateway.base import main
+from services.gateway.telegram.channel import TelegramChannel
 
 sys.exit(main("telegram", TelegramChannel))

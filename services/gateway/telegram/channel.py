@@ -3,7 +3,7 @@
 An update is confirmed to Telegram (the next getUpdates' offset, a webhook's 200) only once the writer
 stored it. While the writer's condition lasts (a full disk, a restarting writer) the offset stays where
 it is, however long: Telegram keeps unconfirmed updates for 24 hours, so this gateway needs no spool
-of its own (common/gateway/spool.py). Only an update refused for itself, or a batch failing for a
+of its own (services/gateway/spool.py). Only an update refused for itself, or a batch failing for a
 reason of its own BATCH_TRIES times, is passed over, kept whole as a dead letter.
 """
 
@@ -21,16 +21,16 @@ from aiohttp import web
 
 from common import holding
 from common.errors import StarlingError
-from common.gateway import attachments
-from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
-from common.gateway.limits import InOrder
-from common.gateway.webhook import answer_after_ack
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
-from services.gateway_telegram import inbound
-from services.gateway_telegram.api import ApiError, BotApi, NetworkError
-from services.gateway_telegram.outbound import Sender, chat_param
+from services.gateway import attachments
+from services.gateway.channel import Channel, InboundMessage, Outcome, Progress
+from services.gateway.limits import InOrder
+from services.gateway.telegram import inbound
+from services.gateway.telegram.api import ApiError, BotApi, NetworkError
+from services.gateway.telegram.outbound import Sender, chat_param
+from services.gateway.webhook import answer_after_ack
 
 POLL_TIMEOUT_S = 25          # getUpdates long-poll; an update arriving ends it at once
 BATCH_TRIES = 5              # a batch failing for a reason of its own (never the writer's condition): then dead letters

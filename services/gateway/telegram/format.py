@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from common.gateway.text import (
+from services.gateway.text import (
     BACKTICKS as _BACKTICKS,
     BULLET as _BULLET,
     CODE_SPAN as _CODE_SPAN,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
-from common.gateway.channel import FileRef, InboundMessage, Parsed, Skip
+from services.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 HANDLED = ("message", "edited_message")
 QUOTE_CHARS = 300

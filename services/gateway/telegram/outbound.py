@@ -7,13 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import NamedTuple
 
-from common.gateway.channel import Failed, Outcome, Progress, Retry, Sent
-from common.gateway.delivery import backoff
-from common.gateway.limits import Bucket, Windows
 from schema import messages as m
-
-from services.gateway_telegram.api import ApiError, BotApi
-from services.gateway_telegram.format import split_html, to_html, to_plain, utf16_len
+from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
+from services.gateway.delivery import backoff
+from services.gateway.limits import Bucket, Windows
+from services.gateway.telegram.api import ApiError, BotApi
+from services.gateway.telegram.format import split_html, to_html, to_plain, utf16_len
 
 PHOTO_TYPES = (".jpg", ".jpeg", ".png", ".webp")
 PHOTO_MAX = 10 * 1024 * 1024     # sendPhoto's limit

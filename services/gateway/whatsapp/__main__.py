@@ -1,8 +1,8 @@
-"""`python -m services.gateway_whatsapp [--instance ID ...]`: the WhatsApp gateway (Cloud API)."""
+"""`python -m services.gateway.whatsapp [--instance ID ...]`: the WhatsApp gateway (Cloud API)."""
 
 import sys
 
-from common.gateway.base import main
-from services.gateway_whatsapp.channel import WhatsAppChannel
+from services.gateway.base import main
+from services.gateway.whatsapp.channel import WhatsAppChannel
 
 sys.exit(main("whatsapp", WhatsAppChannel))

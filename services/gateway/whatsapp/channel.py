@@ -14,17 +14,17 @@ import aiohttp
 from aiohttp import web
 
 from common.errors import StarlingError
-from common.gateway import attachments
-from common.gateway.channel import Channel, InboundMessage, Outcome, Progress
-from common.gateway.limits import InOrder
-from common.gateway.webhook import answer_after_ack
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
-from services.gateway_whatsapp import inbound
-from services.gateway_whatsapp.api import GraphApi, GraphError, NetworkError
-from services.gateway_whatsapp.linked_transport import LinkedTransport
-from services.gateway_whatsapp.outbound import Sender
+from services.gateway import attachments
+from services.gateway.channel import Channel, InboundMessage, Outcome, Progress
+from services.gateway.limits import InOrder
+from services.gateway.webhook import answer_after_ack
+from services.gateway.whatsapp import inbound
+from services.gateway.whatsapp.api import GraphApi, GraphError, NetworkError
+from services.gateway.whatsapp.linked_transport import LinkedTransport
+from services.gateway.whatsapp.outbound import Sender
 
 ACK_WITHIN_S = 15.0        # Meta retries a webhook that is not answered 200 in time
 FETCH_WITHIN_S = 10.0      # a slow media file is described, not waited for (the 200 must come first)

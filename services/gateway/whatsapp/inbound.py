@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from common.gateway.channel import FileRef, InboundMessage, Parsed, Skip
+from services.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 MEDIA_KINDS = ("image", "audio", "document", "video", "sticker")
 STATUSES = ("sent", "delivered", "read", "failed")

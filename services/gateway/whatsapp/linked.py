@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from common.errors import StarlingError
-from common.gateway.channel import Failed, InboundMessage, Outcome, Retry, Skip
-from common.gateway.delivery import backoff as outbox_backoff
-from services.gateway_whatsapp.session_vault import SessionVault
+from services.gateway.channel import Failed, InboundMessage, Outcome, Retry, Skip
+from services.gateway.delivery import backoff as outbox_backoff
+from services.gateway.whatsapp.session_vault import SessionVault
 
 TEST_CLIENT_ENV = "STARLING_WHATSAPP_TEST_CLIENT"  # tests only: "module:callable" replaces neonize
 LINK_KEY = "link"  # the store's record of the link: {account, linked_at, session, logged_out}
@@ -157,7 +157,7 @@ def client_factory() -> MakeClient:
             return getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as exc:
             raise StarlingError(f"{TEST_CLIENT_ENV}={spec!r}: cannot load it ({exc})") from None
-    from services.gateway_whatsapp.neonize_client import NeonizeClient, require_neonize
+    from services.gateway.whatsapp.neonize_client import NeonizeClient, require_neonize
 
     require_neonize()
     return NeonizeClient

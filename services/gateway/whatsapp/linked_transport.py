@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from common.errors import StarlingError
-from common.gateway.channel import Failed, Outcome, Progress, Retry, Sent
-from common.gateway.delivery import backoff as outbox_backoff
-from common.gateway.limits import InOrder, Window, Windows
 from schema import messages as m
-from services.gateway_whatsapp import linked
-from services.gateway_whatsapp.linked import (
-    Backoff, ConnectError, Link, LinkRecord, LogoutReason, SendError, State,
-)
-from services.gateway_whatsapp.outbound import message_parts
-from services.gateway_whatsapp.session_vault import SessionBusy, SessionError, SessionVault
+from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
+from services.gateway.delivery import backoff as outbox_backoff
+from services.gateway.limits import InOrder, Window, Windows
+from services.gateway.whatsapp import linked
+from services.gateway.whatsapp.linked import Backoff, ConnectError, Link, LinkRecord, LogoutReason, SendError, State
+from services.gateway.whatsapp.outbound import message_parts
+from services.gateway.whatsapp.session_vault import SessionBusy, SessionError, SessionVault
 
 POLL_S = 1.0              # a new link, an unlink request: looked for this often
 CONNECT_TIMEOUT_S = 60.0  # a connection attempt without connected/disconnected/logged_out counts as failed

@@ -19,10 +19,10 @@ from typing import Callable
 from common import whatsapp_qr
 from common.errors import StarlingError
 from common.home import Paths
-from services.gateway_whatsapp import linked
-from services.gateway_whatsapp.linked import LinkedMessage, LinkRecord, LogoutReason
-from services.gateway_whatsapp.linked_transport import UNLINK_REQUEST, UNLINK_RESULT
-from services.gateway_whatsapp.session_vault import SessionBusy, SessionError, SessionVault
+from services.gateway.whatsapp import linked
+from services.gateway.whatsapp.linked import LinkedMessage, LinkRecord, LogoutReason
+from services.gateway.whatsapp.linked_transport import UNLINK_REQUEST, UNLINK_RESULT
+from services.gateway.whatsapp.session_vault import SessionBusy, SessionError, SessionVault
 
 Show = Callable[[str], None]
 LOGOUT_CONNECT_S = 20.0

@@ -23,11 +23,11 @@ import mimetypes
 from pathlib import Path
 
 from common.errors import StarlingError
-from services.gateway_whatsapp import linked
-from services.gateway_whatsapp.linked import (
+from services.gateway.whatsapp import linked
+from services.gateway.whatsapp.linked import (
     ConnectError, LinkedMessage, LogoutReason, SendError, SendKind, jid_user,
 )
-from services.gateway_whatsapp.working_copy import WorkingCopy, work_folder
+from services.gateway.whatsapp.working_copy import WorkingCopy, work_folder
 
 SAVE_EVERY_S = 1.0
 STOP_WAIT_S = 10.0

@@ -8,12 +8,12 @@ import mimetypes
 import time
 from pathlib import Path
 
-from common.gateway.channel import Failed, Outcome, Progress, Retry, Sent
-from common.gateway.delivery import backoff
-from common.gateway.limits import Window, Windows
 from schema import messages as m
-from services.gateway_whatsapp.api import GraphApi, GraphError
-from services.gateway_whatsapp.format import split_text, to_whatsapp
+from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
+from services.gateway.delivery import backoff
+from services.gateway.limits import Window, Windows
+from services.gateway.whatsapp.api import GraphApi, GraphError
+from services.gateway.whatsapp.format import split_text, to_whatsapp
 
 IMAGE_TYPES = ("image/jpeg", "image/png")
 IMAGE_MAX = 5 * 1024 * 1024

@@ -22,7 +22,7 @@ from pathlib import Path
 import msgspec
 
 from common.errors import StarlingError
-from services.gateway_whatsapp.session_vault import SessionVault
+from services.gateway.whatsapp.session_vault import SessionVault
 
 DB_KEY = "whatsmeow.db"
 DB_NAME = "whatsmeow.db"
