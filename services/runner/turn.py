@@ -20,6 +20,7 @@ from common.errors import StarlingError, WriteRejected
 from common.stores import approval_store, fold_store, session_store, turn_store
 from schema import messages as m
 from services.runner import commands, conversation, media, transcribe
+from services.runner.drafts import Drafts
 from services.runner.llm import Message, ModelReply, ProviderError, ToolCall, ToolSpec
 from services.runner.persona import Persona
 from services.runner.providers.pricing import cost_usd
@@ -50,6 +51,7 @@ class TurnWork:
         self.log = log
         self.call = runner.call
         self.worker = runner.worker
+        self.drafts: Drafts | None = None  # the answer shown while it is written ([[gateways.*]] streaming)
 
     async def run(self) -> None:
         claim = self.claim
@@ -109,10 +111,12 @@ class TurnWork:
         if pending:  # resumed: after an approval was decided, or after a runner died mid-call
             await self._run_calls(ctx, persona, pending, messages, approval)
         done_steps = _steps_taken(messages)  # a resumed turn keeps its count
+        if self.runner.cfg.gateways.streams(claim.instance):
+            self.drafts = Drafts(self.runner.rt.client.send_hint, claim)
         for step in range(max(0, persona.settings.max_steps - done_steps)):
             if step and queue != "followup":  # those that came while the turn ran join before its next call
                 await self._join(messages)
-            reply = await self._complete(provider, system, messages, tools, queue)
+            reply = await self._streamed(provider, system, messages, tools, queue, done_steps + step)
             await self._record_usage(provider, reply)
             if not reply.tool_calls:
                 await self.finish(answer=reply.text or "(the model sent an empty answer)")
@@ -155,14 +159,29 @@ class TurnWork:
         messages.extend(conversation.to_messages(turns)[0])
         return True
 
+    async def _streamed(self, provider, system: str, messages: list[Message], tools: list[ToolSpec], queue: str,
+                        step: int) -> ModelReply:
+        """One model step; with streaming on, its text is shown as it is written (drafts.py)."""
+        drafts = self.drafts
+        if drafts is None:
+            return await self._complete(provider, system, messages, tools, queue)
+        drafts.begin_step(step)
+        try:
+            reply = await self._complete(provider, system, messages, tools, queue, drafts.on_text)
+        finally:
+            drafts.close()
+        drafts.end_step(reply.text)
+        return reply
+
     async def _complete(self, provider, system: str, messages: list[Message], tools: list[ToolSpec],
-                        queue: str) -> ModelReply:
+                        queue: str, on_text=None) -> ModelReply:
         """One model call; in interrupt mode a new message of the session cancels it (a model call only, never
         a tool) and it starts again with the newcomer."""
+        stream = {"on_text": on_text} if on_text else {}  # without it, the call is exactly as before
         while True:
             if queue != "interrupt":
-                return await provider.complete(system, messages, tools)
-            call = asyncio.create_task(provider.complete(system, messages, tools))
+                return await provider.complete(system, messages, tools, **stream)
+            call = asyncio.create_task(provider.complete(system, messages, tools, **stream))
             watch = asyncio.create_task(self._newcomer())
             try:
                 await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -175,7 +194,7 @@ class TurnWork:
                 return call.result()
             await cancel_quietly(call)
             if not await self._join(messages):  # it cannot join (a command, a file): it waits its own turn
-                return await provider.complete(system, messages, tools)
+                return await provider.complete(system, messages, tools, **stream)
             self.log.info("model_call_interrupted", detail="a new message came: the call starts again with it")
 
     async def _newcomer(self) -> None:
