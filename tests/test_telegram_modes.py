@@ -107,8 +107,16 @@ def test_two_bots_in_one_process_and_split_across_two(tmp_path):
 def test_a_second_poller_is_reported_and_polling_recovers(tmp_path):
     with stack() as s:
         s.start_gateway()
-        s.tg.script_error("getUpdates", "conflict", times=1)
-        wait_until(lambda: "telegram_conflict" in s.gateway.log_text(), 35, what="the conflict logged")
+
+        def second_poller() -> bool:
+            """A getUpdates of another process on the same token: Telegram ends the poll in flight with 409."""
+            request = urllib.request.Request(f"{s.tg.bot_url()}/getUpdates", data=b'{"timeout": 0}',
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                assert json.load(answer)["ok"]
+            return "telegram_conflict" in s.gateway.log_text()
+
+        wait_until(second_poller, 15, interval=0.5, what="the conflict logged")
         s.tg.message("after the conflict", user=OWNER)
         assert "echo: after the conflict" == s.replies(OWNER, 1)[0]["text"]
         line = next(json.loads(x) for x in s.gateway.log_text().splitlines() if "telegram_conflict" in x)
