@@ -64,6 +64,7 @@ outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed
 # listen = "127.0.0.1:7830"    # webhook mode: where the webhook server binds (behind your TLS proxy)
 # public_url = ""              # webhook mode (required): the https URL Telegram posts to
 # secret_token = "telegram-main-webhook"   # webhook mode: a secret's name
+# streaming = "draft"          # the answer shows while the model writes (a draft in private chats) | "off"
 #
 # [[gateways.slack]]
 # id = "team"
@@ -76,6 +77,7 @@ outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed
 # listen = "127.0.0.1:7831"    # events mode: where the events server binds (POST /slack/<id>/events)
 # allow = []                   # user ids (and channel ids)
 # ping_interval_s = 10         # socket mode: a socket that misses a pong for half of this is replaced
+# streaming = "draft"          # the answer grows in one message in the thread while the model writes | "off"
 #
 # [[gateways.whatsapp]]
 # id = "phone"
@@ -90,6 +92,7 @@ outbox_lease_s = 60.0          # a message's claim by a gateway process; renewed
 # allow = []                   # E.164 numbers
 # template = ""                # an approved template for replies outside the 24-hour window; "" = fail them
 # template_language = "en_US"
+# streaming = "off"            # the only value: WhatsApp has the typing indicator, no drafts
 
 [tools]
 sandbox = "auto"               # auto: shell, jobs and MCP stdio servers confined by the kernel (Landlock, namespaces);
