@@ -29,6 +29,7 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
     file_path: str = ""
     reply_to: str = ""
+    approval_id: str = ""  # the approval this message asks for: a platform with buttons draws them from it
 
 
 class Inbound(Msg):

@@ -48,6 +48,7 @@ class OutboxItem(Msg):
     session_id: Int = 0
     parts_sent: Int = 0  # platform messages of this row already delivered (a long text in parts)
     created_at: float = 0.0  # when it was queued: a gateway gives up on a row by its age, not its attempts
+    approval_id: str = ""  # the approval this message asks for (buttons draw from it), "" for any other
 
 
 class OutboxClaim(Msg):

@@ -137,11 +137,16 @@ def test_an_approval_button_is_the_approve_command_in_its_conversation(sl):
 def test_an_approval_notice_gets_buttons(sl):
     sl.sl.add_channel("D105", type="im")
     call(sl, m.EnqueueOutbox(instance="sl", chat="D105", replies=[m.Reply(
-        text="I need your approval to run a command:\nrm -rf /tmp/x\nApprove with /approve XY34ZW56 or /deny XY34ZW56.")]))
+        text="I need your approval to run a command:\nrm -rf /tmp/x\nApprove with /approve XY34ZW56 or /deny XY34ZW56.",
+        approval_id="XY34ZW56")]))
     [post] = sl.posted("D105", 1)
     actions = next(b for b in post["blocks"] if b["type"] == "actions")
     assert [("starling_approve", "XY34ZW56"), ("starling_deny", "XY34ZW56")] == [
         (e["action_id"], e["value"]) for e in actions["elements"]]
+    # the buttons come from the reply's approval id, never from its prose
+    call(sl, m.EnqueueOutbox(instance="sl", chat="D105", replies=[m.Reply(text="Type /approve AB12CD34 to go on.")]))
+    _, quoted = sl.posted("D105", 2)
+    assert "Type /approve AB12CD34 to go on." == quoted["text"] and not quoted.get("blocks")
 
 
 def test_a_shared_file_is_fetched_with_the_bot_token(sl):

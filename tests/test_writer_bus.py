@@ -293,6 +293,8 @@ def test_an_expired_approval_puts_its_turn_back_to_work(home):
             claim = await c.call(m.ClaimTurn(worker="r1"))
             await c.call(m.ParkTurn(turn_id=claim.turn_id, worker="r1", approval_id="EXPIRE01", tool="shell",
                                     ttl_s=0.2, notice="approve with /approve EXPIRE01"))
+            [notice] = (await c.call(m.ClaimOutbox(worker="gw", instances=["test"], chats=["expiry-chat"]))).items
+            assert ("approve with /approve EXPIRE01", "EXPIRE01") == (notice.body, notice.approval_id)
             conn = db.open_reader(home.paths.db_file)
             parked = turn_store.get(conn, accepted.turn_id).state
             deadline = asyncio.get_running_loop().time() + 15

@@ -7,8 +7,8 @@ from typing import NamedTuple
 import apsw
 
 ENQUEUE = (
-    "INSERT INTO outbox (session_id, turn_id, instance, chat, kind, body, file_path, reply_to, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO outbox (session_id, turn_id, instance, chat, kind, body, file_path, reply_to, created_at,"
+    " approval_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # The head of each chat's queue can be taken when it is due, or when its holder's lease ran out.
 CLAIMABLE = (
@@ -31,7 +31,7 @@ TAKE = (
 )
 ITEM = (
     "SELECT id, instance, chat, kind, body, file_path, reply_to, attempts, coalesce(session_id, 0), parts_sent,"
-    " created_at FROM outbox WHERE id = ?"
+    " created_at, approval_id FROM outbox WHERE id = ?"
 )
 PROGRESS = (
     "UPDATE outbox SET parts_sent = ?, platform_msg_id = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
@@ -97,6 +97,7 @@ class Item(NamedTuple):
     session_id: int
     parts_sent: int
     created_at: float
+    approval_id: str = ""
 
 
 class Row(NamedTuple):
@@ -124,9 +125,10 @@ def enqueue(
     file_path: str,
     reply_to: str,
     now: float,
+    approval_id: str = "",
 ) -> int:
     kind = "file" if file_path else "text"
-    conn.execute(ENQUEUE, (session_id, turn_id, instance, chat, kind, text, file_path, reply_to, now))
+    conn.execute(ENQUEUE, (session_id, turn_id, instance, chat, kind, text, file_path, reply_to, now, approval_id))
     return conn.last_insert_rowid()
 
 

@@ -290,7 +290,8 @@ def _enqueue(conn, session_id, turn_id, instance: str, chat: str, replies: list[
         if not reply.text and not reply.file_path:
             raise Rejected("invalid", "a reply needs text or a file")
         outbox_id = outbox_store.enqueue(
-            conn, session_id, turn_id, instance, chat, reply.text, reply.file_path, reply.reply_to, now
+            conn, session_id, turn_id, instance, chat, reply.text, reply.file_path, reply.reply_to, now,
+            reply.approval_id,
         )
         ids.append(outbox_id)
         events.append((m.topic_outbox(instance), m.OutboxPending,
@@ -322,7 +323,8 @@ def _park(conn, op: m.ParkTurn, now: float, events: list[Pending]) -> m.Done:
     approval_store.create(conn, op.approval_id, turn.session_id, op.turn_id, session.agent, op.tool, op.arguments,
                           op.reason, now, op.ttl_s)
     if op.notice:
-        _enqueue(conn, turn.session_id, op.turn_id, session.instance, session.chat, [m.Reply(text=op.notice)], now,
+        _enqueue(conn, turn.session_id, op.turn_id, session.instance, session.chat, [m.Reply(text=op.notice, approval_id=op.approval_id)],
+                 now,
                  events)
     return m.Done()
 

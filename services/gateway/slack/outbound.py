@@ -5,7 +5,6 @@ files by the external upload flow, approvals with buttons, and the Web API's err
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 from schema import messages as m
@@ -13,12 +12,11 @@ from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
 from services.gateway.delivery import backoff
 from services.gateway.limits import Window, Windows
 from services.gateway.slack.api import NetworkError, SlackApi, SlackError
-from services.gateway.slack.format import split_mrkdwn, to_mrkdwn
+from services.gateway.slack.render import split_mrkdwn, to_mrkdwn
 from services.gateway.slack.inbound import target
 
 FILE_MAX = 1024 * 1024 * 1024   # Slack's upload limit (1 GB)
 SECTION_MAX = 3000              # a Block Kit section's text
-APPROVAL = re.compile(r"/approve ([A-Z0-9]{4,32})\b")
 TOKEN_ERRORS = frozenset({"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive",
                           "no_permission", "missing_scope"})
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
@@ -64,7 +62,6 @@ class Sender:
                 return Failed("file too large for Slack (limit 1 GB)")
             comment = texts[0] if len(texts) == 1 else ""
             parts = [("file", comment)] + ([] if comment else parts)
-        approval = APPROVAL.search(body)
         ts = ""
         for index in range(min(item.parts_sent, len(parts)), len(parts)):
             kind, text = parts[index]
@@ -73,7 +70,7 @@ class Sender:
                 if kind == "file":
                     ts = await self._upload(channel, thread, Path(item.file_path), text)
                 else:
-                    buttons = approval.group(1) if approval and last and len(text) <= SECTION_MAX else ""
+                    buttons = item.approval_id if last and len(text) <= SECTION_MAX else ""
                     ts = await self._post(channel, thread, text, buttons)
             except SlackError as exc:
                 return self._outcome(channel, exc, item.attempt)
