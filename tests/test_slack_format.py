@@ -1,4 +1,4 @@
-"""Tests for services/gateway/slack/format.py: Markdown to mrkdwn, splitting, the plain reading."""
+"""Tests for services/gateway/slack/render.py: Markdown to mrkdwn, splitting, the plain reading."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.gateway.text import utf16_len
-from services.gateway.slack.format import (
+from services.gateway.markup.split import utf16_len
+from services.gateway.slack.render import (
     DEFAULT_PART_LIMIT,
-    _split_parts,
+    split_parts,
     escape,
     split_mrkdwn,
     to_mrkdwn,
@@ -531,7 +531,7 @@ def fences(part: str) -> int:
 def check_parts(original: str, limit: int) -> list[str]:
     """Split `original` and check every promise split_mrkdwn makes; returns the parts."""
     parts = split_mrkdwn(original, limit)
-    triples = _split_parts(original, limit)
+    triples = [(p.head, p.body, p.tail) for p in split_parts(original, limit)]
     assert parts == ["".join(t) for t in triples]
     for part, (head, carried, tail) in zip(parts, triples):
         assert utf16_len(part) <= limit

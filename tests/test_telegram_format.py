@@ -1,4 +1,4 @@
-"""Tests for services/gateway/telegram/format.py: Markdown to Telegram HTML, splitting, plain fallback."""
+"""Tests for services/gateway/telegram/render.py: Markdown to Telegram HTML, splitting, plain fallback."""
 
 from __future__ import annotations
 
@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.gateway.telegram.format import (
-    split_html,
-    split_plain,
-    to_html,
-    to_plain,
-    utf16_len,
-)
+from services.gateway.markup.plain import split_plain
+from services.gateway.markup.split import utf16_len
+from services.gateway.telegram.render import split_html, to_html, to_plain
 
 ALLOWED_TAGS = {"b", "i", "s", "code", "pre", "a", "blockquote"}
 _MARKUP = re.compile(

@@ -16,7 +16,7 @@ from common.secrets import set_secret
 from schema import messages as m
 from services.gateway.channel import Sent
 from services.gateway.telegram.api import BotApi
-from services.gateway.telegram.format import split_html, to_html
+from services.gateway.telegram.render import split_html, to_html
 from services.gateway.telegram.outbound import Sender
 from tests.fake_telegram import DEFAULT_TOKEN, FakeTelegram
 from tests.procs import Proc, wait_until

@@ -12,7 +12,7 @@ from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
 from services.gateway.delivery import backoff
 from services.gateway.limits import Window, Windows
 from services.gateway.slack.api import NetworkError, SlackApi, SlackError
-from services.gateway.slack.format import split_mrkdwn, to_mrkdwn
+from services.gateway.slack.render import split_mrkdwn, to_mrkdwn
 from services.gateway.slack.inbound import target
 
 FILE_MAX = 1024 * 1024 * 1024   # Slack's upload limit (1 GB)

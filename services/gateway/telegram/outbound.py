@@ -12,7 +12,8 @@ from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
 from services.gateway.delivery import backoff
 from services.gateway.limits import Bucket, Windows
 from services.gateway.telegram.api import ApiError, BotApi
-from services.gateway.telegram.format import split_html, to_html, to_plain, utf16_len
+from services.gateway.markup.split import utf16_len
+from services.gateway.telegram.render import split_html, to_html, to_plain
 
 PHOTO_TYPES = (".jpg", ".jpeg", ".png", ".webp")
 PHOTO_MAX = 10 * 1024 * 1024     # sendPhoto's limit

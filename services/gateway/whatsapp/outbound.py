@@ -13,7 +13,7 @@ from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
 from services.gateway.delivery import backoff
 from services.gateway.limits import Window, Windows
 from services.gateway.whatsapp.api import GraphApi, GraphError
-from services.gateway.whatsapp.format import split_text, to_whatsapp
+from services.gateway.whatsapp.render import split_whatsapp, to_whatsapp
 
 IMAGE_TYPES = ("image/jpeg", "image/png")
 IMAGE_MAX = 5 * 1024 * 1024
@@ -42,7 +42,7 @@ def message_parts(item: m.OutboxItem) -> list[tuple[str, str]] | Failed:
     """An outbox row as WhatsApp messages, in sending order: ("text", text) parts, and for a file
     ("file", caption) first (the text as its caption when it fits, else after it in parts of its own)."""
     body = item.body.strip()
-    texts = split_text(to_whatsapp(body)) if body else []
+    texts = split_whatsapp(to_whatsapp(body)) if body else []
     parts: list[tuple[str, str]] = [("text", t) for t in texts]
     if item.kind != "file":
         return parts
