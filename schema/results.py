@@ -49,6 +49,7 @@ class OutboxItem(Msg):
     parts_sent: Int = 0  # platform messages of this row already delivered (a long text in parts)
     created_at: float = 0.0  # when it was queued: a gateway gives up on a row by its age, not its attempts
     approval_id: str = ""  # the approval this message asks for (buttons draw from it), "" for any other
+    turn_id: Int = 0  # the turn whose outbox row this is (0: none): its streamed draft's placeholder is its own
 
 
 class OutboxClaim(Msg):

@@ -441,7 +441,7 @@ def test_claim_returns_what_a_gateway_needs(conn):
     sid = new_session(conn)
     tid = user_turn(conn, sid)
     oid = outbox_store.enqueue(conn, sid, tid, "tg", "c1", "answer", "", "m1", T0)
-    expected = outbox_store.Item(oid, "tg", "c1", "text", "answer", "", "m1", 1, sid, 0, T0)
+    expected = outbox_store.Item(oid, "tg", "c1", "text", "answer", "", "m1", 1, sid, 0, T0, turn_id=tid)
     assert [expected] == outbox_store.claim(conn, ["tg"], "g1", 10, LEASE, T0)
 
 

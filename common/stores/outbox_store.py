@@ -31,7 +31,7 @@ TAKE = (
 )
 ITEM = (
     "SELECT id, instance, chat, kind, body, file_path, reply_to, attempts, coalesce(session_id, 0), parts_sent,"
-    " created_at, approval_id FROM outbox WHERE id = ?"
+    " created_at, approval_id, coalesce(turn_id, 0) FROM outbox WHERE id = ?"
 )
 PROGRESS = (
     "UPDATE outbox SET parts_sent = ?, platform_msg_id = ? WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
@@ -98,6 +98,7 @@ class Item(NamedTuple):
     parts_sent: int
     created_at: float
     approval_id: str = ""
+    turn_id: int = 0  # the turn it answers (0: none, e.g. a pairing notice); a draft of that turn is its
 
 
 class Row(NamedTuple):
