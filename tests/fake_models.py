@@ -37,7 +37,8 @@ A step is a JSON object; every key is optional, and {} is the echo answer:
   "when": "text"                  only a request whose last user or tool text contains this consumes it
   "pace": {"tokens": 200, "seconds": 4}   this answer's pace (else the fake's own, `pace=` / `--pace 200/4`):
                                   a streamed text in at most `tokens` pieces spread over `seconds`; an answer
-                                  not streamed comes after `seconds`
+                                  not streamed comes after `seconds`; the echo answer is padded to `tokens`
+                                  words ("echo: hi tok3 tok4 ..."), so a bench gets its 200 tokens
   "stream_break": "cut" | "error" | "truncate", "break_after": 2   a streamed answer breaks after that many
                                   pieces of text: the connection dropped, the API's mid-stream error event
                                   (Anthropic overloaded_error, or "code"), or an end before the last event
@@ -297,14 +298,16 @@ class FakeModels:
             return web.json_response({"object": "unexpected", "data": [1, 2, 3]})
         calls = _calls(step)
         text = step.get("text")
+        pace = step.get("pace", self.pace)
         if text is None and not calls:
             text = "echo: " + _last_user_text(api, body)
+            if pace:  # as long as the pace says
+                text += "".join(f" tok{i}" for i in range(len(text.split()), int(pace.get("tokens", 0))))
         usage = step.get("usage") or {}
         n_in = int(usage.get("input", max(1, len(raw) // 4)))
         n_out = int(usage.get("output", max(1, len(text or "") // 4 + 10 * len(calls))))
         model = body.get("model", "fake") if isinstance(body, dict) else "fake"
         n = next(self._ids)
-        pace = step.get("pace", self.pace)
         assert self._closing is not None
         if isinstance(body, dict) and body.get("stream") is True:
             record["stream"] = True

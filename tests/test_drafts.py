@@ -12,8 +12,9 @@ import uuid
 import pytest
 import zmq
 
-from common import bus
+from common import bus, redact
 from schema import messages as m
+from services.runner.drafts import Drafts
 from tests.procs import Proc, make_home, remove_home, start_writer
 from tests.runner_stack import GATEWAY, KINDS, _collect, own_home, started
 
@@ -169,3 +170,36 @@ def test_a_streaming_off_instance_gets_no_draft_and_no_streamed_call() -> None:
         assert received == []
         requests = home.fake.requests()
         assert requests and all("stream" not in r["body"] for r in requests)
+
+
+def test_drafts_are_throttled_redacted_and_closed_with_each_step() -> None:
+    secret = "zq-" + uuid.uuid4().hex
+    redact.register_secret(secret)
+    claim = m.TurnClaim(turn_id=5, session_id=4, agent="default", instance="tg", chat="c:9", sender="u", text="",
+                        attempt=1, lease_until=0.0)
+    sent: list[tuple[float, m.ShowDraft]] = []
+
+    async def go():
+        drafts = Drafts(lambda op: sent.append((time.monotonic(), op)) or True, claim, every_s=0.1)
+        drafts.begin_step(3)
+        text = f"the key is {secret}:"
+        for i in range(50):  # 50 pieces over about 0.5 s
+            text += f" w{i}"
+            drafts.on_text(text)
+            await asyncio.sleep(0.01)
+        drafts.close()
+        drafts.end_step(text)
+        await asyncio.sleep(0.25)  # nothing is left to go out after the step's end
+        drafts.begin_step(4)
+        drafts.end_step("")  # a step that wrote nothing (a tool call alone) sends nothing
+        return text
+
+    final = asyncio.run(go())
+    ops = [op for _, op in sent]
+    assert 4 <= len(ops) <= 0.6 / 0.1 + 2, len(ops)  # not 50
+    gaps = [b[0] - a[0] for a, b in zip(sent[:-2], sent[1:-1])]
+    assert all(g >= 0.09 for g in gaps), gaps
+    assert ops[-1].done and not any(op.done for op in ops[:-1]) and {op.step for op in ops} == {3}
+    assert all(secret not in op.text and redact.REDACTED in op.text for op in ops)
+    assert ops[-1].text == final.replace(secret, redact.REDACTED)
+    assert {(op.instance, op.chat, op.thread, op.session_id, op.turn_id) for op in ops} == {("tg", "c:9", "9", 4, 5)}

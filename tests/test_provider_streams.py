@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from common.config import Provider as ProviderConfig
 from services.runner.llm import Message, ModelReply, ProviderError, ToolSpec
 from services.runner.providers import make_provider
 from services.runner.providers.sse import Decoder
-from tests.fake_models import FakeModels
+from tests.fake_models import FakeModels, FakeModelsProcess
 
 KINDS = ["openai", "anthropic"]
 FAST = dict(max_attempts=3, backoff_s=0.01, max_wait_s=2.0, budget_s=5.0, timeout_s=5.0, connect_timeout_s=1.0)
@@ -158,3 +159,33 @@ def test_the_fakes_stream_as_the_apis_do() -> None:
     assert status == 200 and kind == "text/event-stream"
     assert names == ["message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
                      "content_block_stop", "message_delta", "message_stop"]
+
+
+def test_a_paced_fake_streams_its_tokens_over_its_seconds(tmp_path: Path) -> None:
+    """As a bench asks for it: "200 tokens over 4 s", here 20 over 0.5 s, set on the fake process (--pace)."""
+    fake = FakeModelsProcess(tmp_path / "fake", pace={"tokens": 20, "seconds": 0.5}, keyless=True).start()
+
+    async def go(stream: bool):
+        cfg = ProviderConfig(kind="openai", base_url=fake.openai_url, api_key="none", model="fake-model")
+        p = make_provider("default", cfg, tmp_path / "secrets.json", **FAST)
+        seen: list[tuple[float, str]] = []
+        started = time.monotonic()
+        try:
+            reply = await p.complete("", [Message("user", "hi")], [],
+                                     on_text=(lambda t: seen.append((time.monotonic(), t))) if stream else None)
+        finally:
+            await p.close()
+        return reply, seen, started, time.monotonic()
+
+    try:
+        reply, seen, started, ended = run(go(True))
+        assert reply.text.startswith("echo: hi") and len(reply.text.split()) == 20  # the echo, padded to the pace
+        assert len(seen) >= 10 and seen[-1][1] == reply.text
+        assert seen[0][0] - started < 0.2 and seen[-1][0] - seen[0][0] >= 0.35  # spread over the 0.5 s
+        reply, seen, started, ended = run(go(False))
+        assert reply.text.split()[:2] == ["echo:", "hi"] and ended - started >= 0.5 and not seen
+        fake.set_pace(None)
+        reply, _, started, ended = run(go(True))
+        assert reply.text == "echo: hi" and ended - started < 0.5
+    finally:
+        fake.stop()
