@@ -32,6 +32,9 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     approval_id: str = ""  # the approval this message asks for: a platform with buttons draws them from it
 
 
+CHAT_KINDS = ("private", "group", "channel")  # Inbound.chat_kind
+
+
 class Inbound(Msg):
     """A person's message from a gateway becomes a pending user turn.
 
@@ -48,9 +51,12 @@ class Inbound(Msg):
     text: str = ""
     sender_name: str = ""
     platform_msg_id: str = ""
-    reply_to: str = ""
+    reply_to: str = ""  # the platform's id of the message this one answers
     attachments: list[str] = []
-    meta: str = "{}"  # JSON object: platform details a runner may want (never secrets)
+    thread: str = ""  # the platform's thread or topic id within the chat's room ("": none)
+    chat_kind: str = "private"  # private | group | channel
+    edit_of: str = ""  # an edit: the platform's id of the message edited ("": a new message)
+    sent_at: float = 0.0  # the platform's timestamp of the message, seconds since the epoch (0: not given)
 
 
 class ClaimTurn(Msg):

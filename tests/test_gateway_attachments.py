@@ -6,7 +6,7 @@ import asyncio
 import stat
 
 from services.gateway import attachments
-from services.gateway.channel import InboundMessage
+from services.gateway.channel import FileRef, InboundMessage
 
 
 class _Log:
@@ -18,14 +18,15 @@ def fetch(tmp_path, chat: str, name: str, content: bytes, seq: int = 0, cap: int
           timeout_s: float = 5.0, delay: float = 0.0) -> InboundMessage:
     msg = InboundMessage(chat=chat, sender="u", text="", dedupe_keys=["k"], platform_msg_id="5")
 
-    async def chunks():
+    async def download(ref: FileRef):
         async def gen():
             await asyncio.sleep(delay)
             yield content
         return gen()
 
-    asyncio.run(attachments.attach(msg, "inst", seq, "document", name, 0, cap, tmp_path, "agent", 0.0, chunks,
-                                   _Log(), timeout_s=timeout_s))
+    into = attachments.Into(tmp_path, "agent", "inst", cap, 0.0)
+    asyncio.run(attachments.attach(msg, seq, FileRef("document", "r", 0, name), download, into, _Log(),
+                                   timeout_s=timeout_s))
     return msg
 
 

@@ -12,8 +12,10 @@ QUARANTINED = "(t.crashes > 0 OR t.suspect > 0)"  # held when its runner died: i
 
 INSERT_USER = (
     "INSERT INTO turns (session_id, role, content, sender, sender_name, platform_msg_id, reply_to,"
-    " attachments, meta, state, created_at) VALUES (?, 'user', ?, ?, ?, ?, ?, ?, ?, 'pending', ?)"
+    " attachments, meta, state, created_at, thread, chat_kind, edit_of, sent_at)"
+    " VALUES (?, 'user', ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)"
 )
+INBOUND_FIELDS = "SELECT thread, chat_kind, edit_of, sent_at, reply_to FROM turns WHERE id = ?"
 INSERT_OTHER = (
     "INSERT INTO turns (session_id, parent_id, role, content, meta, created_at) VALUES (?, ?, ?, ?, ?, ?)"
 )
@@ -166,12 +168,33 @@ def add_user_turn(
     attachments_json: str,
     meta: str,
     now: float,
+    *,
+    thread: str = "",
+    chat_kind: str = "",
+    edit_of: str = "",
+    sent_at: float = 0.0,
 ) -> int:
     conn.execute(
         INSERT_USER,
-        (session_id, text, sender, sender_name, platform_msg_id, reply_to, attachments_json, meta, now),
+        (session_id, text, sender, sender_name, platform_msg_id, reply_to, attachments_json, meta, now,
+         thread, chat_kind, edit_of, sent_at),
     )
     return conn.last_insert_rowid()
+
+
+class InboundFields(NamedTuple):
+    """What the gateway said of a user turn's message (schema Inbound), in columns of their own."""
+
+    thread: str
+    chat_kind: str
+    edit_of: str
+    sent_at: float
+    reply_to: str
+
+
+def inbound_fields(conn: apsw.Connection, turn_id: int) -> InboundFields | None:
+    row = conn.execute(INBOUND_FIELDS, (turn_id,)).fetchone()
+    return InboundFields(*row) if row else None
 
 
 def add_turn(conn: apsw.Connection, session_id: int, role: str, content: str, meta: str, now: float,

@@ -7,13 +7,15 @@ import os
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 from common.errors import StarlingError
 from common.holding import NO_SPACE
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+Download = Callable[..., Awaitable[AsyncIterator[bytes]]]  # Channel.download: a FileRef -> its bytes
 
 
 class TooLarge(StarlingError):
@@ -60,10 +62,6 @@ async def save(chunks: AsyncIterator[bytes], path: Path, cap: int) -> int:
     return size
 
 
-async def _fetch_into(open_chunks, path: Path, cap: int) -> int:
-    return await save(await open_chunks(), path, cap)
-
-
 def describe(kind: str, path: Path | None, size: int, note: str = "") -> str:
     """The line the agent reads in place of the file: what it is and where it was saved (or why not)."""
     if path is None:
@@ -71,22 +69,40 @@ def describe(kind: str, path: Path | None, size: int, note: str = "") -> str:
     return f"[{kind} attached: {path} ({size / 1024:.0f} KB)]"
 
 
-async def attach(msg, instance: str, seq: int, kind: str, name: str, size: int, cap: int, attachments_dir: Path,
-                 agent: str, when: float, open_chunks, log, timeout_s: float = 120.0) -> None:
-    """Fetch one file of an inbound message into the attachments folder and tell the agent about it:
-    ``open_chunks()`` gives the download (an async iterator of bytes); ``size`` is what the platform
-    announced (0: unknown). Over the cap, failing, or slower than ``timeout_s``, the agent is told why
-    instead. The file is named by the instance, chat, message and its place in the message (``seq``),
-    each cleaned on its own, so neither another chat nor a crafted name can land on the same path."""
+@dataclass(frozen=True)
+class Into:
+    """Where one message's files go and how large each may be: <attachments_dir>/<agent>/<date of when>/,
+    each named by the instance, the chat, the message and its place in it."""
+
+    attachments_dir: Path
+    agent: str
+    instance: str
+    cap: int      # bytes
+    when: float   # the message's time (its folder's date)
+
+
+async def attach_all(msg, files: list, download: Download, into: Into, log, budget_s: float) -> None:
+    """Fetch a message's files (one budget for all of them, not one each) and tell the agent about each."""
+    deadline = time.monotonic() + budget_s
+    for seq, ref in enumerate(files):
+        await attach(msg, seq, ref, download, into, log, timeout_s=max(0.05, deadline - time.monotonic()))
+
+
+async def attach(msg, seq: int, ref, download: Download, into: Into, log, timeout_s: float = 120.0) -> None:
+    """Fetch one file of an inbound message (``ref``: a FileRef; ``download(ref)`` gives its bytes) into
+    the attachments folder and tell the agent about it. Over the cap (as announced, or as it arrives),
+    failing, or slower than ``timeout_s``, the agent is told why instead. The file is named by the
+    instance, chat, message and its place in the message (``seq``), each cleaned on its own, so neither
+    another chat nor a crafted name can land on the same path."""
     note = ""
-    if size > cap:
-        note = f"{_mb(size)} is over the {_mb(cap)} limit"
+    if ref.size > into.cap:
+        note = f"{_mb(ref.size)} is over the {_mb(into.cap)} limit"
     else:
-        parts = (instance, msg.chat, msg.platform_msg_id, str(seq))
-        unique = "-".join(safe_name(p, "x") for p in parts) + "-" + safe_name(name)[:60]
+        parts = (into.instance, msg.chat, msg.platform_msg_id, str(seq))
+        unique = "-".join(safe_name(p, "x") for p in parts) + "-" + safe_name(ref.name)[:60]
         try:
-            path = target(attachments_dir, agent, when, unique)
-            saved = await asyncio.wait_for(_fetch_into(open_chunks, path, cap), timeout_s)
+            path = target(into.attachments_dir, into.agent, into.when, unique)
+            saved = await asyncio.wait_for(_fetch_into(download, ref, path, into.cap), timeout_s)
         except TooLarge as exc:
             note = str(exc)
         except asyncio.TimeoutError:
@@ -99,7 +115,11 @@ async def attach(msg, instance: str, seq: int, kind: str, name: str, size: int, 
             note = f"could not be fetched ({exc})"
         else:
             msg.attachments.append(str(path))
-            msg.text = f"{msg.text}\n{describe(kind, path, saved)}".strip()
+            msg.text = f"{msg.text}\n{describe(ref.kind, path, saved)}".strip()
             return
-    log.warning("attachment_skipped", kind=kind, reason=note)
-    msg.text = f"{msg.text}\n{describe(kind, None, size, note)}".strip()
+    log.warning("attachment_skipped", kind=ref.kind, reason=note)
+    msg.text = f"{msg.text}\n{describe(ref.kind, None, ref.size, note)}".strip()
+
+
+async def _fetch_into(download: Download, ref, path: Path, cap: int) -> int:
+    return await save(await download(ref), path, cap)

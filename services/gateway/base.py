@@ -1,13 +1,16 @@
-"""The gateway process: runs a platform's channels under one Runtime, submits what they receive,
-delivers what the outbox holds for them, and shows a typing sign while agents work.
+"""The gateway process: runs a platform's channels under one Runtime, takes what they receive to the
+writer, delivers what the outbox holds for them, and shows a typing sign while agents work.
 
-What a channel receives is handed to the writer by ``submit``, which holds while the writer's condition
-lasts (a full disk, an I/O error, a busy or restarting writer: common/holding.py), however long: the
-channel acknowledges the event to its platform only once ``submit`` returned. An event refused for
-itself (it fails validation), or failing for a reason of its own SUBMIT_TRIES times, is kept whole as a
-dead letter (services/gateway/dead_letters.py) and passed over. A platform whose retries end sooner than
-a writer outage may last (``Channel.spools``: Slack) acknowledges once the event is in the process's
-spool (services/gateway/spool.py), replayed at the next start before anything new is received.
+Inbound is the kit's, once for every platform (``take``): the channel's parser makes the event a message
+(or a Skip), then, one at a time per chat (services/gateway/order.py), the access check, the downloads
+of its files (``Channel.download``, only for a sender who passed it) and the hand-off to the writer
+(``submit``). The channel acknowledges the event to its platform only once ``take`` returned. ``submit``
+holds while the writer's condition lasts (a full disk, an I/O error, a busy or restarting writer:
+common/holding.py), however long. An event refused for itself (it fails validation), or failing for a
+reason of its own SUBMIT_TRIES times, is kept whole as a dead letter (services/gateway/dead_letters.py)
+and passed over. A platform whose retries end sooner than a writer outage may last (``Channel.spools``:
+Slack) acknowledges once the event is in the process's spool (services/gateway/spool.py), replayed
+through ``take`` at the next start before anything new is received.
 """
 
 from __future__ import annotations
@@ -15,10 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-from typing import Awaitable, Callable
-
-import msgspec
-
+import time
 from common import db, holding
 from common.errors import StarlingError
 from common.held_files import SPOOL_SUFFIX, SpoolEntry
@@ -26,10 +26,13 @@ from common.programs import serving
 from common.runtime import Runtime
 from common.service import Service, boot
 from schema import messages as m
+from services.gateway import attachments
 from services.gateway.access import Access, Verdict
-from services.gateway.channel import Channel, InboundMessage
+from services.gateway.channel import Channel, FileRef, InboundMessage, Skip
 from services.gateway.dead_letters import DeadLetters
 from services.gateway.delivery import Deliverer
+from services.gateway.drafts import Drafts
+from services.gateway.order import ChatOrder
 from services.gateway.spool import Spool
 from services.gateway.typing import Typing
 from services.gateway.webhook import WebhookServers
@@ -39,7 +42,6 @@ START_RETRY_S = (2.0, 60.0)  # a channel that cannot start retries with this bac
 SUBMIT_TRIES = 5  # an event failing for a reason of its own (not the writer's condition): then a dead letter
 
 MakeChannel = type[Channel]  # a platform's Channel class, made once per configured instance
-Fetch = Callable[[InboundMessage], Awaitable[None]]
 
 
 class Gateway:
@@ -57,8 +59,10 @@ class Gateway:
         self.channels: dict[str, Channel] = {cfg.id: make_channel(self, cfg) for cfg in instances}
         self.access = {cfg.id: Access(cfg.id, [make_channel.normalize_id(a) for a in cfg.allow], lambda: self.reader,
                                       make_channel.senders_in_groups) for cfg in instances}
+        self.lines = {cid: ChatOrder(channel.reorder_s) for cid, channel in self.channels.items()}
         self.typing = Typing(self)
         self.deliverer = Deliverer(self)
+        self.drafts = Drafts(self)  # streamed answers shown while the model writes (streaming = "draft")
         self.dead_letters = DeadLetters(self)
         self.spool: Spool | None = None
         if make_channel.spools:  # one per process: data/spool/<process name>.spool
@@ -93,7 +97,7 @@ class Gateway:
         try:
             await asyncio.gather(*(self._start(c, first=True) for c in self.channels.values()))
             await self.rt.announce_ready("ready", self.detail())
-            tasks = [asyncio.create_task(self.deliverer.run())]
+            tasks = [asyncio.create_task(self.deliverer.run()), asyncio.create_task(self.drafts.run())]
             tasks += [asyncio.create_task(self._serve(c)) for c in self.channels.values()]
             try:
                 await asyncio.gather(*tasks)
@@ -105,6 +109,7 @@ class Gateway:
         finally:
             moving.cancel()
             self.typing.close()
+            self.drafts.close()
             await self.webhooks.close()
             if self.spool is not None:
                 await self.spool.close()
@@ -135,7 +140,7 @@ class Gateway:
             if await self._start(channel):
                 await self.rt.beat(detail=self.detail())
         if self.spool is not None:  # what a predecessor acknowledged and the writer had not stored: first
-            replayed = self.spool.replay(channel.id, lambda event: lambda: channel.handle_spooled(event))
+            replayed = self.spool.replay(channel.id, lambda event: lambda: self.take(channel, event))
             if replayed:
                 channel.log.info("spool_replayed", events=replayed)
         await channel.receive()
@@ -153,21 +158,37 @@ class Gateway:
 
     # ------------------------------------------------------------ inbound
 
-    async def submit(self, channel: Channel, msg: InboundMessage, fetch: Fetch | None = None,
+    async def take(self, channel: Channel, event: object) -> str:
+        """One platform event, the whole inbound path: what became of it (skipped, accepted, duplicate,
+        pairing, ignored, not_addressed, answered, dead_letter) once it is stored; only then may the
+        channel acknowledge it. A chat's messages go one at a time, in order (``Channel.reorder_s``)."""
+        parsed = channel.parse(event)
+        if isinstance(parsed, Skip):
+            channel.log.info(f"{channel.event_name}_skipped", reason=parsed.reason)
+            return "skipped"
+        msg = parsed.msg
+        async with self.lines[channel.id].turn(msg.chat, msg.sent_at):
+            msg.addressed = channel.addressed(msg)  # judged once the chat's earlier messages are stored
+            outcome = await self.submit(channel, msg, parsed.files, raw=event)
+        if outcome == "accepted":
+            channel.stored(msg)
+        return outcome
+
+    async def submit(self, channel: Channel, msg: InboundMessage, files: list[FileRef] | tuple = (),
                      raw: object = None) -> str:
         """Hand one received message to the writer; return what became of it (accepted, duplicate,
         pairing, ignored, not_addressed, answered, dead_letter) once the writer stored it. While the
         writer's condition lasts this holds, with backoff, however long (cancel it to give up: the event
-        is then not acknowledged). ``fetch`` downloads the message's files; it runs only for a sender who
-        passed the access check. ``raw``: the event as the platform sent it, kept whole should it be
-        passed over (refused for itself, or failing for a reason of its own SUBMIT_TRIES times)."""
+        is then not acknowledged). ``files`` are downloaded only for a sender who passed the access check.
+        ``raw``: the event as the platform sent it, kept whole should it be passed over (refused for
+        itself, or failing for a reason of its own SUBMIT_TRIES times)."""
         log = channel.log.bind(chat=msg.chat, platform_msg_id=msg.platform_msg_id)
         backoff = holding.Backoff()
         held = failures = 0
         while True:
-            attempt = dataclasses.replace(msg, attachments=list(msg.attachments), meta=dict(msg.meta))
+            attempt = dataclasses.replace(msg, attachments=list(msg.attachments))
             try:
-                outcome = await self._submit_once(channel, attempt, fetch, log)
+                outcome = await self._submit_once(channel, attempt, files, log)
             except Exception as exc:
                 error = str(exc) or type(exc).__name__
                 if holding.condition(exc):  # the writer's, not the event's: never passed over
@@ -193,7 +214,7 @@ class Gateway:
                 log.info("inbound_stored_after_hold", tries=held)
             return outcome
 
-    async def _submit_once(self, channel: Channel, msg: InboundMessage, fetch: Fetch | None, log) -> str:
+    async def _submit_once(self, channel: Channel, msg: InboundMessage, files, log) -> str:
         key = msg.dedupe_keys[0]
         verdict = self.access[channel.id].verdict(msg.sender, msg.room or msg.chat, msg.private)
         if verdict is Verdict.IGNORE:
@@ -214,13 +235,16 @@ class Gateway:
             await self.reply(channel, msg.chat, f"Hi! I'm {channel.agent}. Write to me to talk; /help lists the"
                              " commands.", key=f"{key}:start")
             return "answered"
-        if fetch is not None:
-            await fetch(msg)
+        if files:
+            into = attachments.Into(self.paths.attachments_dir, channel.agent, channel.id,
+                                    int(channel.cfg.max_attachment_mb * 1024 * 1024), msg.sent_at or time.time())
+            await attachments.attach_all(msg, list(files), channel.download, into, log, channel.fetch_budget_s())
         text = msg.text if len(msg.text) <= MAX_TEXT else msg.text[:MAX_TEXT] + "\n[message cut: too long]"
         accepted: m.Accepted = await self.call(m.Inbound(
             agent=channel.agent, instance=channel.id, chat=msg.chat, sender=msg.sender, sender_name=msg.sender_name,
             text=text, dedupe_keys=msg.dedupe_keys, platform_msg_id=msg.platform_msg_id, reply_to=msg.reply_to,
-            attachments=msg.attachments, meta=_json(msg.meta)), key=key)
+            attachments=msg.attachments, thread=msg.thread, chat_kind=msg.chat_kind, edit_of=msg.edit_of,
+            sent_at=msg.sent_at), key=key)
         log.info("inbound", turn_id=accepted.turn_id, session_id=accepted.session_id, duplicate=accepted.duplicate)
         if accepted.duplicate:
             return "duplicate"
@@ -230,10 +254,6 @@ class Gateway:
     async def reply(self, channel: Channel, chat: str, text: str, key: str) -> None:
         """A message from the gateway itself (a pairing code, a welcome), through the outbox like any other."""
         await self.call(m.EnqueueOutbox(instance=channel.id, chat=chat, replies=[m.Reply(text=text)]), key=key)
-
-
-def _json(meta: dict) -> str:
-    return msgspec.json.encode(meta).decode() if meta else "{}"
 
 
 def _options(platform: str):

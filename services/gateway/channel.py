@@ -1,15 +1,20 @@
-"""The contract between the shared gateway and a platform: a Channel per configured instance."""
+"""The contract between the shared gateway and a platform: a Channel per configured instance.
+
+A platform supplies its parser (``Channel.parse``: one event as the platform sent it -> Parsed or Skip),
+``Channel.download`` (one file's bytes) and its acknowledgement (the HTTP 200, the envelope ack, the
+next offset), which it gives once ``Gateway.take`` returned; the kit (services/gateway/base.py) does the
+rest, once for every platform: access, downloads, the hand-off to the writer, a chat's order.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, NamedTuple
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, NamedTuple
 
 from schema import messages as m
 
 if TYPE_CHECKING:
     from services.gateway.base import Gateway
-
 
 @dataclass
 class InboundMessage:
@@ -24,11 +29,17 @@ class InboundMessage:
     addressed: bool = True    # in a group: the bot was mentioned, replied to, or given a command
     sender_name: str = ""
     platform_msg_id: str = ""
-    reply_to: str = ""
+    reply_to: str = ""        # the platform's id of the message this one answers ("": none)
     attachments: list[str] = field(default_factory=list)
-    meta: dict = field(default_factory=dict)
     command: str = ""         # a command the gateway answers itself ("/start"); others go to the runner
     room: str = ""            # in a group: the id `allow` names (a Slack channel for a thread's chat); "" = chat
+    thread: str = ""          # the platform's thread or topic id within the room ("": none)
+    chat_kind: str = ""       # private | group | channel (schema CHAT_KINDS; "": private when ``private``, else group)
+    edit_of: str = ""         # an edit: the platform's id of the message edited ("": a new message)
+    sent_at: float = 0.0      # the platform's timestamp of the message, seconds (0: not given)
+
+    def __post_init__(self) -> None:
+        self.chat_kind = self.chat_kind or ("private" if self.private else "group")
 
 
 class Skip(NamedTuple):
@@ -51,7 +62,11 @@ class FileRef:
 class Parsed:
     msg: InboundMessage
     files: list[FileRef] = field(default_factory=list)
-    date: float = 0.0  # when it was sent (the attachments folder's date)
+
+    @property
+    def date(self) -> float:
+        """When it was sent (the attachments folder's date)."""
+        return self.msg.sent_at
 
 
 class Sent(NamedTuple):
@@ -81,8 +96,12 @@ class Channel:
     platform = ""
     senders_in_groups = False  # True: an allowed sender is answered in any group, not only in allowed ones
     # True: the platform's retries end sooner than a writer outage may last (Slack), so events are
-    # acknowledged once in the process's spool (services/gateway/spool.py), replayed by handle_spooled
+    # acknowledged once in the process's spool (services/gateway/spool.py), replayed through Gateway.take
     spools = False
+    # > 0: a chat's messages are handed to the writer in the order of their timestamps (ties: arrival)
+    # among those that arrive within this many seconds of each other (services/gateway/order.py)
+    reorder_s = 0.0
+    event_name = "event"  # what the platform calls an event, in log lines ("update_skipped")
 
     @staticmethod
     def normalize_id(value: str) -> str:
@@ -107,9 +126,28 @@ class Channel:
     async def receive(self) -> None:
         """Receive forever (a polling or socket loop); webhook transports just wait."""
 
-    async def handle_spooled(self, event: dict) -> None:
-        """Hand an event from the spool (as the channel spooled it) to the writer (``spools`` only)."""
+    # ------------------------------------------------------------ inbound (called by the kit)
+
+    def parse(self, event: object) -> Parsed | Skip:
+        """One event as the platform sent it (and as the spool and dead letters keep it) -> a message."""
         raise NotImplementedError
+
+    def addressed(self, msg: InboundMessage) -> bool:
+        """Whether a group message is for the agent, judged again once the chat's earlier messages are
+        stored (Slack: a reply right behind the mention that started its thread)."""
+        return msg.addressed
+
+    async def download(self, ref: FileRef) -> AsyncIterator[bytes]:
+        """One file's bytes (only for a sender who passed the access check); raise StarlingError, OSError
+        or ValueError when it cannot be fetched: the agent is told why instead."""
+        raise NotImplementedError
+
+    def fetch_budget_s(self) -> float:
+        """How long all the files of one message may take (a webhook must be answered first)."""
+        return 120.0
+
+    def stored(self, msg: InboundMessage) -> None:
+        """A new message was stored (not a duplicate): a read receipt, a note of the thread (best effort)."""
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
         raise NotImplementedError

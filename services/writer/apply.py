@@ -242,11 +242,14 @@ def _inbound(conn, op: m.Inbound, now: float, events: list[Pending]) -> m.Accept
     first = keys_store.inbound_turn(conn, op.dedupe_keys)
     if first is not None:
         return m.Accepted(turn_id=first, session_id=turn_store.session_of(conn, first) or 0, duplicate=True)
+    if op.chat_kind not in m.CHAT_KINDS:
+        raise Rejected("invalid", f"chat_kind must be one of {', '.join(m.CHAT_KINDS)}, not {op.chat_kind!r}")
     session_id = session_store.open_session(conn, op.agent, op.instance, op.chat, now)
     # a secret a person pastes into a chat is not kept in turns or the FTS index either
     turn_id = turn_store.add_user_turn(
         conn, session_id, redact(op.text), op.sender, op.sender_name, op.platform_msg_id, op.reply_to,
-        _json.encode(op.attachments).decode(), op.meta, now,
+        _json.encode(op.attachments).decode(), "{}", now,
+        thread=op.thread, chat_kind=op.chat_kind, edit_of=op.edit_of, sent_at=op.sent_at,
     )
     keys_store.remember_inbound(conn, op.dedupe_keys, turn_id, now)
     events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": session_id, "turn_id": turn_id}))

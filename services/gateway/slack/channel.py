@@ -28,9 +28,7 @@ from common.log import register_secret
 from common.secrets import resolve_secret
 from common.stores import session_store
 from schema import messages as m
-from services.gateway import attachments
-from services.gateway.channel import Channel, InboundMessage, Outcome, Progress
-from services.gateway.limits import InOrder
+from services.gateway.channel import Channel, FileRef, InboundMessage, Outcome, Progress
 from services.gateway.slack import inbound
 from services.gateway.slack.api import NetworkError, SlackApi, SlackError
 from services.gateway.slack.outbound import Sender
@@ -59,7 +57,6 @@ class SlackChannel(Channel):
         self.app_token = ""
         self.signing_secret = ""
         self.threads: OrderedDict[str, None] = OrderedDict()  # chats (channel threads) the bot took part in
-        self.in_order = InOrder()
         self.tasks: set[asyncio.Task] = set()
         self.reacted: set[tuple[str, str]] = set()
 
@@ -196,34 +193,27 @@ class SlackChannel(Channel):
         """True once the event is durable on this host (stored by the writer, or spooled)."""
         event = {"kind": kind, "payload": payload}
         return await self.gateway.spool.take(self.id, _event_key(kind, payload), event,
-                                             lambda: self.handle(kind, payload))
+                                             lambda: self.gateway.take(self, event))
 
-    async def handle_spooled(self, event: dict) -> None:
-        await self.handle(event.get("kind"), event.get("payload"))
+    # ------------------------------------------------------------ inbound, for the kit
 
-    async def handle(self, kind: object, payload: object) -> str:
-        if kind in ("events_api", "event_callback"):
-            parsed = inbound.parse_event(payload, self.me, self.id, self._in_thread)
-        elif kind == "slash_commands":
-            parsed = inbound.parse_command(payload, self.id)
-        elif kind == "interactive":
-            parsed = inbound.parse_action(payload, self.id)
-        else:
-            parsed = inbound.Skip(f"envelope type {kind!r} is not handled")
-        if isinstance(parsed, inbound.Skip):
-            self.log.info("event_skipped", reason=parsed.reason)
-            return "skipped"
-        chat = parsed.msg.chat
-        async with self.in_order.hold(chat):  # one conversation's events in arrival order
-            # judged again once the earlier events of this conversation are stored: a reply that came
-            # right behind the mention starting its thread belongs to that thread too
-            if not parsed.msg.addressed and parsed.msg.meta.get("thread_ts") and self._in_thread(chat):
-                parsed.msg.addressed = True
-            outcome = await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg),
-                                                raw={"type": kind, "payload": payload})
-        if outcome == "accepted" and not parsed.msg.private:
-            self._took_part(chat)
-        return outcome
+    def parse(self, event: object):
+        return inbound.parse(event, self.me, self.id)
+
+    def addressed(self, msg: InboundMessage) -> bool:
+        # judged once the earlier events of this conversation are stored: a reply that came right
+        # behind the mention starting its thread belongs to that thread too
+        return msg.addressed or (bool(msg.thread) and not msg.private and self._in_thread(msg.chat))
+
+    async def download(self, ref: FileRef):
+        return self.api.download(ref.ref)
+
+    def fetch_budget_s(self) -> float:
+        return FETCH_EVENTS_S if self.cfg.mode == "events" else 120.0
+
+    def stored(self, msg: InboundMessage) -> None:
+        if not msg.private:
+            self._took_part(msg.chat)
 
     def _took_part(self, chat: str) -> None:
         self.threads[chat] = None
@@ -237,18 +227,6 @@ class SlackChannel(Channel):
             return True
         with read_tx(self.gateway.reader) as conn:
             return session_store.mapped(conn, self.agent, self.id, chat) is not None
-
-    async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
-        cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
-        budget = FETCH_EVENTS_S if self.cfg.mode == "events" else 120.0
-        deadline = time.monotonic() + budget  # one budget for all the message's files, not one each
-        for seq, ref in enumerate(parsed.files):
-            async def chunks(ref=ref):
-                return self.api.download(ref.ref)
-
-            await attachments.attach(msg, self.id, seq, ref.kind, ref.name, ref.size, cap,
-                                     self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log,
-                                     timeout_s=max(0.05, deadline - time.monotonic()))
 
     # ------------------------------------------------------------ Events API over HTTP
 

@@ -29,8 +29,22 @@ def target(chat: str) -> tuple[str, str]:
     return channel, thread
 
 
-def parse_event(payload: Any, me: Me, instance: str, in_thread: Callable[[str], bool]) -> Parsed | Skip:
-    """An Events API `event_callback` (from Socket Mode or HTTP)."""
+def parse(event: Any, me: Me, instance: str) -> Parsed | Skip:
+    """An event as the channel takes (and spools) it: {"kind": the envelope's type, "payload"}."""
+    kind, payload = (event.get("kind"), event.get("payload")) if isinstance(event, dict) else (None, None)
+    if kind in ("events_api", "event_callback"):
+        return parse_event(payload, me, instance)
+    if kind == "slash_commands":
+        return parse_command(payload, instance)
+    if kind == "interactive":
+        return parse_action(payload, instance)
+    return Skip(f"envelope type {kind!r} is not handled")
+
+
+def parse_event(payload: Any, me: Me, instance: str, in_thread: Callable[[str], bool] = lambda chat: False
+                ) -> Parsed | Skip:
+    """An Events API `event_callback` (from Socket Mode or HTTP). A reply in a channel thread is addressed
+    when the bot takes part in it: ``in_thread``, or SlackChannel.addressed once earlier events are stored."""
     if not isinstance(payload, dict) or payload.get("type") != "event_callback":
         return Skip(f"payload type {payload.get('type') if isinstance(payload, dict) else None!r} is not handled")
     event = payload.get("event")
@@ -57,9 +71,10 @@ def parse_event(payload: Any, me: Me, instance: str, in_thread: Callable[[str], 
     msg = InboundMessage(
         chat=chat, sender=user, text=text.strip(), private=private, addressed=addressed, platform_msg_id=ts,
         dedupe_keys=[f"slack:{instance}:e:{event_id}", f"slack:{instance}:m:{channel}:{ts}"],
-        room="" if private else channel, meta={"channel": channel, "thread_ts": thread_ts, "event": kind},
+        room="" if private else channel, thread=thread_ts,
+        chat_kind="private" if private else "group", sent_at=_float(ts),
     )
-    return Parsed(msg, _files(event), _float(ts))
+    return Parsed(msg, _files(event))
 
 
 def parse_command(payload: Any, instance: str) -> Parsed | Skip:
@@ -73,8 +88,7 @@ def parse_command(payload: Any, instance: str) -> Parsed | Skip:
     private = channel.startswith("D")
     text = f"{command} {payload.get('text') or ''}".strip()
     msg = InboundMessage(chat=channel, sender=user, text=text, private=private, addressed=True,
-                         dedupe_keys=[f"slack:{instance}:c:{trigger}"], room="" if private else channel,
-                         meta={"channel": channel, "event": "slash_command"})
+                         dedupe_keys=[f"slack:{instance}:c:{trigger}"], room="" if private else channel)
     return Parsed(msg)
 
 
@@ -97,7 +111,8 @@ def parse_action(payload: Any, instance: str) -> Parsed | Skip:
     chat = chat_of(channel, str(thread), private)
     msg = InboundMessage(chat=chat, sender=user, text=f"{verb} {value}", private=private, addressed=True,
                          dedupe_keys=[f"slack:{instance}:a:{channel}:{action_ts}:{user}"],
-                         room="" if private else channel, meta={"channel": channel, "event": "block_actions"})
+                         room="" if private else channel, thread="" if private else str(thread),
+                         sent_at=_float(str(action_ts)))
     return Parsed(msg)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import time
 from collections import defaultdict
 from urllib.parse import urlsplit
 
@@ -24,9 +23,7 @@ from common.errors import StarlingError
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
-from services.gateway import attachments
-from services.gateway.channel import Channel, InboundMessage, Outcome, Progress
-from services.gateway.limits import InOrder
+from services.gateway.channel import Channel, FileRef, Outcome, Progress
 from services.gateway.telegram import inbound
 from services.gateway.telegram.api import ApiError, BotApi, NetworkError
 from services.gateway.telegram.outbound import Sender, chat_param
@@ -52,6 +49,7 @@ COMMANDS = [
 
 class TelegramChannel(Channel):
     platform = "telegram"
+    event_name = "update"
 
     def __init__(self, gateway, cfg) -> None:
         super().__init__(gateway, cfg)
@@ -62,7 +60,6 @@ class TelegramChannel(Channel):
         self.secret = ""
         self.offset: int | None = None
         self.failures = 0
-        self.in_order = InOrder()
 
     # ------------------------------------------------------------ start
 
@@ -223,30 +220,21 @@ class TelegramChannel(Channel):
                 raise result
 
     async def handle_update(self, update: object) -> str:
-        """One update to the writer, held while the writer's condition lasts. A malformed or unhandled one
-        is logged and skipped (never a stuck offset)."""
-        parsed = inbound.parse(update, self.me, self.id)
-        if isinstance(parsed, inbound.Skip):
-            uid = update.get("update_id") if isinstance(update, dict) else None
-            self.log.info("update_skipped", update_id=uid, reason=parsed.reason)
-            return "skipped"
-        parsed.msg.meta["update_id"] = update["update_id"]
-        async with self.in_order.hold(parsed.msg.chat):
-            return await self.gateway.submit(self, parsed.msg, fetch=lambda msg: self._fetch(parsed, msg), raw=update)
+        """One update to the writer (Gateway.take), held while the writer's condition lasts. A malformed or
+        unhandled one is logged and skipped (never a stuck offset)."""
+        return await self.gateway.take(self, update)
 
-    async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
-        """Download the message's files (only once the sender is known to be allowed)."""
-        cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
-        budget = FETCH_WEBHOOK_S if self.cfg.mode == "webhook" else 120.0
-        deadline = time.monotonic() + budget  # one budget for all the message's files, not one each
-        for seq, ref in enumerate(parsed.files):
-            async def chunks(ref=ref):
-                info = await self.api.call("getFile", {"file_id": ref.ref})
-                return self.api.download(str(info["file_path"]))
+    # ------------------------------------------------------------ inbound, for the kit
 
-            await attachments.attach(msg, self.id, seq, ref.kind, ref.name, ref.size, cap,
-                                     self.gateway.paths.attachments_dir, self.agent, parsed.date, chunks, self.log,
-                                     timeout_s=max(0.05, deadline - time.monotonic()))
+    def parse(self, event: object):
+        return inbound.parse(event, self.me, self.id)
+
+    async def download(self, ref: FileRef):
+        info = await self.api.call("getFile", {"file_id": ref.ref})
+        return self.api.download(str(info["file_path"]))
+
+    def fetch_budget_s(self) -> float:
+        return FETCH_WEBHOOK_S if self.cfg.mode == "webhook" else 120.0
 
     async def on_webhook(self, request: web.Request) -> web.Response:
         """A POST from Telegram: the secret header checked in constant time; 200 only once the writer acked."""

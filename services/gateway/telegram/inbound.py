@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from services.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 HANDLED = ("message", "edited_message")
+_CHAT_KINDS = {"private": "private", "group": "group", "supergroup": "group", "channel": "channel"}
 QUOTE_CHARS = 300
 
 
@@ -39,31 +40,34 @@ def parse(update: Any, me: Me, instance: str) -> Parsed | Skip:
     addressed, text, command = _addressing(text, entities if isinstance(entities, list) else [], msg, me, private)
     # keyed by the message, not the update id: after a week without updates Telegram starts update ids
     # afresh (at random), so an old update's key could match a new message
+    date = msg.get("date") if isinstance(msg.get("date"), (int, float)) else 0
+    edit_of = ""
     if kind == "edited_message":
         edit = msg.get("edit_date") if isinstance(msg.get("edit_date"), int) else update["update_id"]
         keys = [f"tg:{instance}:e:{chat_id}:{message_id}:{edit}"]
         text = "[edited] " + text
+        edit_of = str(message_id)
+        date = msg["edit_date"] if isinstance(msg.get("edit_date"), int) else date
     else:
         keys = [f"tg:{instance}:m:{chat_id}:{message_id}"]
-    reply_to, meta = "", {"chat_type": _str(chat.get("type"))}
+    reply_to = ""
     quoted = msg.get("reply_to_message")
     if isinstance(quoted, dict) and isinstance(quoted.get("message_id"), int):
         reply_to = str(quoted["message_id"])
         said = (_str(quoted.get("text")) or _str(quoted.get("caption")))[:QUOTE_CHARS]
         if said and not command and not text.startswith("/"):
             text = f"[in reply to: {said}]\n{text}"
-    if sender.get("username"):
-        meta["username"] = _str(sender.get("username"))
     # a forum supergroup's topics are conversations of their own: "<chat id>:<topic id>"
     topic = msg.get("message_thread_id") if msg.get("is_topic_message") is True else None
-    conversation = f"{chat_id}:{topic}" if isinstance(topic, int) and not private else str(chat_id)
+    topical = isinstance(topic, int) and not private
+    conversation = f"{chat_id}:{topic}" if topical else str(chat_id)
     inbound = InboundMessage(
         chat=conversation, room=str(chat_id), sender=str(sender["id"]), text=text, dedupe_keys=keys, private=private,
         addressed=addressed, sender_name=_name(sender), platform_msg_id=str(message_id), reply_to=reply_to,
-        meta=meta, command=command,
+        command=command, thread=str(topic) if topical else "", chat_kind=_CHAT_KINDS.get(chat.get("type"), "group"),
+        edit_of=edit_of, sent_at=float(date),
     )
-    date = msg.get("date") if isinstance(msg.get("date"), (int, float)) else 0.0
-    return Parsed(inbound, _files(msg), float(date))
+    return Parsed(inbound, _files(msg))
 
 
 def _addressing(text: str, entities: list, msg: dict, me: Me, private: bool) -> tuple[bool, str, str]:

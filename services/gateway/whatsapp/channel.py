@@ -18,8 +18,7 @@ from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
 from services.gateway import attachments
-from services.gateway.channel import Channel, InboundMessage, Outcome, Progress
-from services.gateway.limits import InOrder
+from services.gateway.channel import Channel, FileRef, InboundMessage, Outcome, Progress
 from services.gateway.webhook import answer_after_ack
 from services.gateway.whatsapp import inbound
 from services.gateway.whatsapp.api import GraphApi, GraphError, NetworkError
@@ -29,6 +28,10 @@ from services.gateway.whatsapp.outbound import Sender
 ACK_WITHIN_S = 15.0        # Meta retries a webhook that is not answered 200 in time
 FETCH_WITHIN_S = 10.0      # a slow media file is described, not waited for (the 200 must come first)
 TYPING_EVERY_S = 20.0      # WhatsApp shows the indicator for 25 s or until the reply
+# Meta posts webhooks concurrently and retries each on its own, so one chat's messages can come the
+# wrong way round: they are stored in the order of their timestamps (whole seconds; ties: arrival)
+# among those arriving within this long of each other (the kit's services/gateway/order.py says why there)
+REORDER_S = 1.0
 
 
 class WhatsAppChannel(Channel):
@@ -42,8 +45,8 @@ class WhatsAppChannel(Channel):
         self.app_secret = ""
         self.verify_token = ""
         self.typed: dict[str, float] = {}
-        self.in_order = InOrder()
         self.linked: LinkedTransport | None = None  # mode = "linked"
+        self.reorder_s = REORDER_S if cfg.mode == "cloud" else 0.0  # a linked device's events come in order
         self.tasks: set[asyncio.Task] = set()
 
     @staticmethod
@@ -132,17 +135,13 @@ class WhatsAppChannel(Channel):
                 self.log.warning("event_for_another_number", phone_number_id=value["_other_number"],
                                  hint="give each number its own [[gateways.whatsapp]] and webhook URL")
                 continue
-            for parsed in inbound.messages(value, self.id):
-                if isinstance(parsed, inbound.Skip):
-                    self.log.info("event_skipped", reason=parsed.reason)
-                    continue
-                async with self.in_order.hold(parsed.msg.chat):  # one sender's messages in arrival order
-                    outcome = await self.gateway.submit(self, parsed.msg, fetch=lambda msg, p=parsed: self._fetch(p, msg))
-                outcomes.append(outcome)
-                if outcome == "accepted":  # blue ticks at once; the typing indicator follows if the agent is slow
-                    task = asyncio.create_task(self._mark_read(parsed.msg.platform_msg_id))
-                    self.tasks.add(task)  # the loop holds tasks weakly: keep each until it is done
-                    task.add_done_callback(self.tasks.discard)
+            # side by side: one chat's messages wait for each other in the kit (services/gateway/order.py)
+            results = await asyncio.gather(*(self.gateway.take(self, event) for event in inbound.messages(value)),
+                                           return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+            outcomes += results
             for status in inbound.statuses(value):
                 if isinstance(status, inbound.Skip):
                     self.log.info("status_skipped", reason=status.reason)
@@ -152,32 +151,26 @@ class WhatsAppChannel(Channel):
                 self.log.info("delivery", platform_msg_id=status.wamid, status=status.status, error=status.error)
         return outcomes
 
-    async def _fetch(self, parsed: inbound.Parsed, msg: InboundMessage) -> None:
-        cap = int(self.cfg.max_attachment_mb * 1024 * 1024)
-        deadline = time.monotonic() + FETCH_WITHIN_S  # one budget for the lookups and downloads of all files
-        for seq, ref in enumerate(parsed.files):
-            size = 0
-            try:
-                media = await asyncio.wait_for(self.api.media(ref.ref), max(0.05, deadline - time.monotonic()))
-                size = int(media.get("file_size") or 0)
-                url = str(media["url"])
-            except asyncio.TimeoutError:
-                url, note = "", "the media lookup took too long"
-                self.log.warning("attachment_skipped", kind=ref.kind, reason=note)
-                msg.text = f"{msg.text}\n{attachments.describe(ref.kind, None, 0, note)}".strip()
-                continue
-            except (GraphError, NetworkError, KeyError, TypeError, ValueError) as exc:
-                url, note = "", f"could not be fetched ({exc})"
-                self.log.warning("attachment_skipped", kind=ref.kind, reason=note)
-                msg.text = f"{msg.text}\n{attachments.describe(ref.kind, None, 0, note)}".strip()
-                continue
+    # ------------------------------------------------------------ inbound, for the kit
 
-            async def chunks(url=url):
-                return self.api.download(url)
+    def parse(self, event: object):
+        return inbound.parse(event, self.id)
 
-            await attachments.attach(msg, self.id, seq, ref.kind, ref.name, size, cap,
-                                     self.gateway.paths.attachments_dir, self.agent, parsed.date or time.time(),
-                                     chunks, self.log, timeout_s=max(0.05, deadline - time.monotonic()))
+    async def download(self, ref: FileRef):
+        media = await self.api.media(ref.ref)  # a short-lived URL and the file's size
+        size, cap = int(media.get("file_size") or 0), int(self.cfg.max_attachment_mb * 1024 * 1024)
+        if size > cap:
+            raise attachments.TooLarge(size, cap)
+        return self.api.download(str(media["url"]))
+
+    def fetch_budget_s(self) -> float:
+        return FETCH_WITHIN_S
+
+    def stored(self, msg: InboundMessage) -> None:
+        if self.linked is None:  # blue ticks at once; the typing indicator follows if the agent is slow
+            task = asyncio.create_task(self._mark_read(msg.platform_msg_id))
+            self.tasks.add(task)  # the loop holds tasks weakly: keep each until it is done
+            task.add_done_callback(self.tasks.discard)
 
     # ------------------------------------------------------------ send
 

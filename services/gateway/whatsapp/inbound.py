@@ -36,10 +36,19 @@ def values(payload: Any, phone_number_id: str) -> list[dict] | Skip:
     return out
 
 
-def messages(value: dict, instance: str) -> list[Parsed | Skip]:
+def messages(value: dict) -> list[dict]:
+    """The messages of a `value`, each an event of its own as the kit takes it (Gateway.take, and dead
+    letters keep it): {"message": the message object, "name": its sender's profile name}."""
     names = {c.get("wa_id"): ((c.get("profile") or {}).get("name") or "") for c in _list(value.get("contacts"))
              if isinstance(c, dict) and isinstance(c.get("profile"), dict)}
-    return [_message(m, names, instance) for m in _list(value.get("messages"))]
+    return [{"message": m, "name": str(names.get(m.get("from")) or "") if isinstance(m, dict) else ""}
+            for m in _list(value.get("messages"))]
+
+
+def parse(event: Any, instance: str) -> Parsed | Skip:
+    if not isinstance(event, dict):
+        return Skip("a message event that is not an object")
+    return _message(event.get("message"), str(event.get("name") or ""), instance)
 
 
 def statuses(value: dict) -> list[Status | Skip]:
@@ -55,7 +64,7 @@ def statuses(value: dict) -> list[Status | Skip]:
     return out
 
 
-def _message(msg: Any, names: dict, instance: str) -> Parsed | Skip:
+def _message(msg: Any, name: str, instance: str) -> Parsed | Skip:
     if not isinstance(msg, dict):
         return Skip("a message that is not an object")
     wamid, sender, kind = msg.get("id"), msg.get("from"), msg.get("type")
@@ -79,15 +88,15 @@ def _message(msg: Any, names: dict, instance: str) -> Parsed | Skip:
         return Skip(f"message type {kind!r} is not handled")
     context = msg.get("context") if isinstance(msg.get("context"), dict) else {}
     reply_to = str(context.get("id") or "")
+    try:
+        sent_at = float(msg.get("timestamp") or 0)  # whole seconds, as a string
+    except (TypeError, ValueError):
+        sent_at = 0.0
     inbound = InboundMessage(
         chat=sender, sender=sender, text=text, dedupe_keys=[f"wa:{instance}:m:{wamid}"], private=True,
-        sender_name=str(names.get(sender) or ""), platform_msg_id=wamid, reply_to=reply_to, meta={"type": kind},
+        sender_name=name, platform_msg_id=wamid, reply_to=reply_to, chat_kind="private", sent_at=sent_at,
     )
-    try:
-        date = float(msg.get("timestamp") or 0)
-    except (TypeError, ValueError):
-        date = 0.0
-    return Parsed(inbound, files, date)
+    return Parsed(inbound, files)
 
 
 def _list(value: Any) -> list:

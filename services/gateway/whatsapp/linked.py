@@ -302,7 +302,7 @@ def to_inbound(msg: LinkedMessage, instance: str) -> InboundMessage | Skip:
     return InboundMessage(
         chat=msg.chat, sender=msg.sender or msg.chat, text=text, dedupe_keys=[key], private=not msg.group,
         addressed=msg.mentions_me or text.startswith("/"), sender_name=msg.sender_name, platform_msg_id=msg.id,
-        reply_to=msg.reply_to, meta={"type": msg.kind, "mode": "linked"}, room=msg.chat if msg.group else "",
+        reply_to=msg.reply_to, room=msg.chat if msg.group else "", sent_at=msg.timestamp,
     )
 
 
