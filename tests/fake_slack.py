@@ -23,8 +23,10 @@ Slack behaviour (checked against Slack's documentation; the fake's own choices a
     works once); chat.postMessage(channel, text, blocks, thread_ts, mrkdwn) -> {"channel", "ts", "message"}:
     channel_not_found (unknown channel: channels are known once added or named by an injected event; fake),
     not_in_channel, is_archived, no_text, msg_too_long (text over 40,000 chars), invalid_blocks (not a list of
-    typed objects, over 50 blocks, a section text over 3,000 chars), invalid_blocks_format; chat.update
-    (message_not_found, cant_update_message); reactions.add / reactions.remove (channel, name, timestamp:
+    typed objects, over 50 blocks, a section text over 3,000 chars), invalid_blocks_format; chat.update(channel,
+    ts, text, blocks): the channel and ts of a message the channel has (message_not_found) that this bot posted
+    (cant_update_message), text as chat.postMessage's (msg_too_long, invalid_blocks), neither text nor blocks is
+    no_text; chat.delete(channel, ts) (message_not_found, cant_delete_message; recorded as "deleted"); reactions.add / reactions.remove (channel, name, timestamp:
     already_reacted, no_reaction, message_not_found, invalid_name); assistant.threads.setStatus(channel_id,
     thread_ts, status); files.getUploadURLExternal(filename, length) -> {"upload_url", "file_id"}, then a POST
     of the bytes (raw or multipart) to upload_url ("OK - <n>"), then files.completeUploadExternal(files=[{"id",
@@ -124,7 +126,7 @@ MAX_FRAME = 1024 * 1024
 MAX_PARAM_RECORDED = 2000
 SLACK_RETRY_DELAYS = (0.0, 60.0, 300.0)  # Slack retries a failed delivery 3 times: at once, after 1 and 5 min
 RECORD_KINDS = (
-    "requests", "posted", "updates", "reactions", "statuses", "uploads", "envelopes", "acks", "expired",
+    "requests", "posted", "updates", "deleted", "reactions", "statuses", "uploads", "envelopes", "acks", "expired",
     "frames", "connections", "responses",
 )
 DISCONNECT_REASONS = ("warning", "refresh_requested", "link_disabled", "too_many_websockets")
@@ -321,6 +323,7 @@ class _Shortcuts:
 
     posted = _shortcut("posted", "channel", "thread_ts")  # {app, channel, thread_ts, text, blocks, mrkdwn, ts, time}
     updates = _shortcut("updates", "channel")  # chat.update: {app, channel, ts, text, blocks, time}
+    deleted = _shortcut("deleted", "channel")  # chat.delete: {app, channel, ts, time}
     reactions = _shortcut("reactions", "channel")  # {app, channel, ts, name, action: add | remove, time}
     statuses = _shortcut("statuses", "channel")  # assistant.threads.setStatus: {channel, thread_ts, status, ...}
     uploads = _shortcut("uploads", "channel")  # {file_id, name, title, length, bytes, sha256, channel, thread_ts, ...}
@@ -363,7 +366,7 @@ class FakeSlack(_Shortcuts):
         self._stopping = False
         self._methods = {
             "auth.test": self._auth_test, "apps.connections.open": self._connections_open,
-            "chat.postmessage": self._post_message, "chat.update": self._update,
+            "chat.postmessage": self._post_message, "chat.update": self._update, "chat.delete": self._delete,
             "reactions.add": lambda a, p: self._react(a, p, True),
             "reactions.remove": lambda a, p: self._react(a, p, False),
             "assistant.threads.setstatus": self._set_status,
@@ -987,6 +990,18 @@ class FakeSlack(_Shortcuts):
         ch.messages[ts] = new
         self._record("updates", {"app": a.id, "channel": ch.id, "ts": ts, "text": new["text"], "blocks": blocks})
         return {"channel": ch.id, "ts": ts, "text": new["text"], "message": new}
+
+    def _delete(self, a: _App, p: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel(a, p.get("channel"))
+        ts = _opt_str(p.get("ts"))
+        old = ch.messages.get(ts) if ts else None
+        if old is None:
+            raise ApiError("message_not_found")
+        if old.get("bot_id") != a.bot_id:
+            raise ApiError("cant_delete_message")
+        del ch.messages[ts]
+        self._record("deleted", {"app": a.id, "channel": ch.id, "ts": ts})
+        return {"channel": ch.id, "ts": ts}
 
     def _react(self, a: _App, p: dict[str, Any], add: bool) -> dict[str, Any]:
         ch = self._channel(a, p.get("channel"))

@@ -44,10 +44,13 @@ Bot API behaviour (checked against the Bot API documentation):
     not checked. A reply to a message the chat never had is 400 "message to be replied not found" unless
     allow_sending_without_reply.
   - sendPhoto / sendDocument / sendVoice (multipart upload, or a known file_id, or an http(s) URL),
-    caption <= 1024; sendChatAction(chat_id, action); editMessageText; getFile(file_id) ->
+    caption <= 1024; sendChatAction(chat_id, action); editMessageText (a message of this bot; the same text
+    again is 400 "message is not modified"); sendMessageDraft(chat_id, draft_id, text, parse_mode,
+    message_thread_id): private chats only (a group or channel id is 400), draft_id a non-zero integer,
+    text 1..4096 after entity parsing, recorded in drafts() and never in sent(); deleteMessage(chat_id,
+    message_id) of a message the chat has (else 400 "message to delete not found"); getFile(file_id) ->
     {file_id, file_unique_id, file_size, file_path}, files over 20 MB are 400 "file is too big";
-    GET /file/bot<token>/<file_path> the content; getMe. setMyCommands, deleteMessage and a few others
-    answer true.
+    GET /file/bot<token>/<file_path> the content; getMe. setMyCommands and a few others answer true.
 
 Test-side controls (methods of FakeTelegram; the same over HTTP in both modes):
   message / edited_message / photo / document / voice / inject   queue updates (return the update)
@@ -58,7 +61,8 @@ Test-side controls (methods of FakeTelegram; the same over HTTP in both modes):
       "unauthorized" 401; error_code / description override.
   block(chat_id) / migrate(chat_id, to)   every later send to that chat fails 403 / 400 migrate
   set_rate_limit(min_interval)      a 2nd send to one chat within min_interval s is 429 (None: off)
-  requests() / sent() / actions() / deliveries / pending_updates()   what was recorded, oldest first
+  requests() / sent() / actions() / drafts() / deleted() / deliveries / pending_updates()   what was
+                                    recorded, oldest first (sent() has "edit" records for editMessageText)
   age_updates(seconds)              as if the queued updates had waited that much longer: Telegram drops an
                                     update not handed over within 24 h (UPDATE_TTL_S), so one older is gone
                                     from getUpdates, webhooks and pending_updates(); dropped() lists them
@@ -79,6 +83,7 @@ Control endpoints (both modes), JSON in and out, `bot` = a bot id or token (defa
   GET    /_control/requests[?bot=&method=]      recorded requests           DELETE forget them
   GET    /_control/sent[?bot=&chat_id=&since=]  messages the bots sent      DELETE forget them
   GET    /_control/actions[?bot=&chat_id=]      sendChatAction calls
+  GET    /_control/drafts[?bot=&chat_id=]       sendMessageDraft calls     GET /_control/deleted deleteMessage
   GET    /_control/injected[?bot=&since=]       when each update was queued
   POST   /_control/files                        {"content"|"content_b64", "file_path"?, "size"?, "bot"?}
   POST   /_control/rate_limit                   {"min_interval": 1.0 | null, "retry_after"?: 1}
@@ -140,7 +145,7 @@ _SECRET_OK = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _COMMAND = re.compile(r"(?<![\w/@])/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]{3,32})?(?![\w@])")
 _MENTION = re.compile(r"(?<![\w@/])@[A-Za-z0-9_]{5,32}(?!\w)")
 _NO_OP_METHODS = {
-    "setmycommands": True, "deletemycommands": True, "getmycommands": [], "deletemessage": True,
+    "setmycommands": True, "deletemycommands": True, "getmycommands": [],
     "answercallbackquery": True, "setmessagereaction": True, "logout": True, "close": True,
 }
 
@@ -331,6 +336,8 @@ class FakeTelegram:
         self._requests: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._sent: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._actions: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
+        self._drafts: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
+        self._deleted: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._deliveries: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._injected: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
         self._dropped: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDED)
@@ -384,6 +391,8 @@ class FakeTelegram:
             web.get("/_control/sent", self._c_sent),
             web.delete("/_control/sent", self._c_clear_sent),
             web.get("/_control/actions", self._c_actions),
+            web.get("/_control/drafts", self._c_drafts),
+            web.get("/_control/deleted", self._c_deleted),
             web.get("/_control/injected", self._c_injected),
             web.post("/_control/age", self._c_age),
             web.get("/_control/dropped", self._c_dropped),
@@ -696,6 +705,13 @@ class FakeTelegram:
         bid = None if bot is None else self._bot(bot).id
         return [a for a in self._actions if chat_id in (None, a["chat_id"]) and bid in (None, a["bot"])]
 
+    def drafts(self, chat_id: int | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
+        bid = None if bot is None else self._bot(bot).id
+        return [d for d in self._drafts if chat_id in (None, d["chat_id"]) and bid in (None, d["bot"])]
+
+    def deleted(self, chat_id: int | None = None) -> list[dict[str, Any]]:
+        return [d for d in self._deleted if chat_id in (None, d["chat_id"])]
+
     def injected(self, bot: int | str | None = None, since: float | None = None) -> list[dict[str, Any]]:
         bid = None if bot is None else self._bot(bot).id
         return [i for i in self._injected if bid in (None, i["bot"]) and (since is None or i["ts"] >= since)]
@@ -725,6 +741,8 @@ class FakeTelegram:
         self._requests.clear()
         self._sent.clear()
         self._actions.clear()
+        self._drafts.clear()
+        self._deleted.clear()
         self._deliveries.clear()
         self._injected.clear()
         self._dropped.clear()
@@ -786,6 +804,10 @@ class FakeTelegram:
             return True
         if method == "editmessagetext":
             return self._edit(b, p)
+        if method == "sendmessagedraft":
+            return self._draft(b, p)
+        if method == "deletemessage":
+            return self._delete(b, p)
         if method == "getfile":
             fid = p.get("file_id")
             f = b.files.get(fid) if isinstance(fid, str) else None
@@ -1086,6 +1108,35 @@ class FakeTelegram:
         })
         return msg
 
+    def _draft(self, b: _Bot, p: dict[str, Any]) -> bool:
+        """sendMessageDraft: a streamed preview, allowed in private chats only (a user's id is positive)."""
+        cid = self._target_chat(b, p)
+        if cid < 0:
+            raise ApiError(400, "Bad Request: drafts can be sent to private chats only")  # fake's wording
+        try:
+            draft_id = int(p.get("draft_id"))
+        except (TypeError, ValueError):
+            raise ApiError(400, "Bad Request: parameter \"draft_id\" is required") from None
+        if draft_id == 0 or not -2**31 <= draft_id < 2**31:
+            raise ApiError(400, "Bad Request: invalid draft_id specified")
+        thread = p.get("message_thread_id")
+        if thread not in (None, "") and not str(thread).lstrip("-").isdigit():
+            raise ApiError(400, "Bad Request: wrong message thread identifier specified")
+        plain = self._check_text(p.get("text"), p.get("parse_mode"), MAX_TEXT, "message")
+        if not plain.strip():
+            raise ApiError(400, "Bad Request: message text is empty")
+        self._drafts.append({"bot": b.id, "chat_id": cid, "draft_id": draft_id, "text": p.get("text"),
+                             "parse_mode": p.get("parse_mode"), "ts": time.time()})
+        return True
+
+    def _delete(self, b: _Bot, p: dict[str, Any]) -> bool:
+        cid = self._target_chat(b, p)
+        mid = _int(p, "message_id", 0)
+        if b.messages.get(cid, {}).pop(mid, None) is None:
+            raise ApiError(400, "Bad Request: message to delete not found")
+        self._deleted.append({"bot": b.id, "chat_id": cid, "message_id": mid, "ts": time.time()})
+        return True
+
     async def _download(self, request: web.Request) -> web.StreamResponse:
         token, path = request.match_info["token"], request.match_info["path"]
         b = next((x for x in self._bots if x.token == token), None)
@@ -1168,6 +1219,13 @@ class FakeTelegram:
         return await _control(
             request, lambda d: self.actions(_opt_int(q.get("chat_id")), q.get("bot")), body=False
         )
+
+    async def _c_drafts(self, request: web.Request) -> web.Response:
+        q = request.query
+        return await _control(request, lambda d: self.drafts(_opt_int(q.get("chat_id")), q.get("bot")), body=False)
+
+    async def _c_deleted(self, request: web.Request) -> web.Response:
+        return await _control(request, lambda d: self.deleted(_opt_int(request.query.get("chat_id"))), body=False)
 
     async def _c_injected(self, request: web.Request) -> web.Response:
         q = request.query
@@ -1404,6 +1462,12 @@ class FakeTelegramProcess(FakeServerProcess):
 
     def actions(self, chat_id: int | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
         return self._call("GET", "/_control/actions", query={"chat_id": chat_id, "bot": bot})
+
+    def drafts(self, chat_id: int | None = None, bot: int | str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/_control/drafts", query={"chat_id": chat_id, "bot": bot})
+
+    def deleted(self, chat_id: int | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/_control/deleted", query={"chat_id": chat_id})
 
     def pending_updates(self, bot: int | str | None = None) -> list[Any]:
         return self._call("GET", "/_control/updates", query={"bot": bot})

@@ -1,5 +1,8 @@
-"""Outbox delivery: claim the head of each chat's queue for this process's instances (a lease), send
-it through its channel, and tell the writer how it went. Chats go in parallel, each in order.
+"""Outbox delivery, the kit's whole outbound path: claim the head of each chat's queue for this process's
+instances (a lease), render and split the row with its platform's renderer and limits, send its parts in
+order through the platform's calls (an ``Outbound``), and tell the writer how it went. Chats go in
+parallel, each in order. A platform supplies only its API calls, its renderer, its limits and the meaning
+of its errors.
 
 A row held by a gateway that died is taken back at once by its successor under the same name (the
 enlistment, common/runtime.py), or by anyone once its lease runs out; parts of a long message already
@@ -9,18 +12,22 @@ What a delivery reports (sent, failed, parts sent) is kept and sent again while 
 lasts (a full disk, a restarting writer: common/holding.py), under one idempotency key, and the row's
 lease is renewed meanwhile: a message that went out is never sent a second time because its report
 could not be recorded before the lease ran out.
+
+With streaming on (services/gateway/drafts.py) the answer's first part may go as an edit of the placeholder
+message the draft showed (groups, Slack): an edit repeated after a crash shows nothing twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from common import bus, holding
 from common.errors import StarlingError, WriteRejected
 from schema import messages as m
-from services.gateway.channel import Failed, Outcome, Retry, Sent
+from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
 
 if TYPE_CHECKING:
     from services.gateway.base import Gateway
@@ -31,6 +38,8 @@ GIVE_UP_AFTER_S = 86400.0  # a row still not deliverable a day after it was queu
 MAX_ATTEMPTS = 200         # an outage or a token not set yet must not fail replies); the count bounds old rows
 STOP_GRACE_S = 3.0         # at stop, sends under way get this long to finish before they are cut
 BACKOFF_S = (2.0, 300.0)
+EDIT_WAIT_S = 10.0  # a placeholder's edit refused for a while (429) is tried once more after this at most
+OFF_LOOP_CHARS = 4_000  # longer texts are rendered in a thread, so one big answer never stalls other chats
 
 
 def backoff(attempt: int) -> float:
@@ -103,7 +112,12 @@ class Deliverer:
 
         try:
             try:
-                outcome: Outcome = await channel.send(item, progress)
+                out = outbound_of(channel)
+                if out is None:  # a transport that sends rows whole by itself (WhatsApp's linked device)
+                    outcome: Outcome = await channel.send(item, progress)
+                else:
+                    placeholder = await self.gateway.drafts.take(item)
+                    outcome = await send_row(out, item, progress, placeholder)
             except asyncio.CancelledError:
                 raise
             except WriteRejected:
@@ -171,3 +185,166 @@ class Deliverer:
                                                                          untouched=False)), 2.0)
             except (StarlingError, asyncio.TimeoutError) as exc:
                 self.log.warning("outbox_release_failed", ids=held, error=str(exc))
+
+
+# ------------------------------------------------------------ one row: render, split, send
+
+
+class Part(NamedTuple):
+    kind: str  # text | file
+    text: str  # the rendered text, or the file's caption ("": none)
+
+
+class Outbound:
+    """A platform's half of the outbound path: its renderer, its limits and its calls. The kit
+    (``send_row``) decides the parts, their order, where a crashed delivery resumes and what is recorded.
+    Calls raise the platform's own errors; ``outcome`` says what each one means for the row."""
+
+    caption_max = 0          # a file's caption, as ``measure`` counts; longer text goes after the file
+    file_max = 0             # bytes
+    platform = ""
+
+    def measure(self, text: str) -> int:
+        return len(text)
+
+    def render(self, body: str) -> list[str]:
+        """The agent's Markdown as the platform's markup, split at its limit (never over it)."""
+        raise NotImplementedError
+
+    def ready(self, item: m.OutboxItem) -> Outcome | None:
+        """An outcome when the row cannot be sent now at all (not connected), else None."""
+        return None
+
+    async def send_text(self, item: m.OutboxItem, index: int, text: str, last: bool) -> str:
+        """Send one text part; return the platform's message id."""
+        raise NotImplementedError
+
+    async def send_file(self, item: m.OutboxItem, path: Path, caption: str) -> str:
+        raise NotImplementedError
+
+    async def edit_text(self, item: m.OutboxItem, message_id: str, text: str, last: bool) -> str:
+        """Edit the draft's placeholder into this (the first) part; raise to have it sent as a new message."""
+        raise NotImplementedError
+
+    async def drop_placeholder(self, item: m.OutboxItem, message_id: str) -> None:
+        """A placeholder the final answer could not take: delete it (best effort)."""
+
+    async def outcome(self, exc: Exception, item: m.OutboxItem) -> Outcome | None:
+        """What a platform error means for the row (None: not the platform's; retried with backoff)."""
+        return None
+
+    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
+        return await send_row(self, item, progress)
+
+    # streamed drafts (services/gateway/drafts.py); a platform without them keeps these
+
+    def draft_kind(self, chat: str) -> str:
+        """How a draft shows in ``chat``: "" (not at all), "preview" (ephemeral, the answer supersedes it)
+        or "placeholder" (a message posted, then edited; the answer's first part replaces it)."""
+        return ""
+
+    def draft_room(self, chat: str) -> bool:
+        """Whether a draft may go now without making an answer wait for the platform's pace."""
+        return True
+
+    async def show_draft(self, chat: str, draft_id: int, text: str, placeholder: str, reply_to: str) -> str:
+        """Show ``text`` (rendered, within the limit); return the placeholder's message id ("" for a preview)."""
+        raise NotImplementedError
+
+    def draft_wait(self, exc: Exception) -> float | None:
+        """Seconds a failed draft asks to wait (a 429), or None: this answer's drafts stop."""
+        return None
+
+
+def outbound_of(channel) -> Outbound | None:
+    """A started channel's Outbound (a platform's Channel keeps it as ``sender``), else None."""
+    out = getattr(channel, "sender", None)
+    return out if isinstance(out, Outbound) else None
+
+
+def parts_of(out: Outbound, item: m.OutboxItem) -> list[Part] | Failed:
+    """An outbox row as platform messages, in sending order: its text parts; for a file, the file first, with
+    the text as its caption when it is one part that fits the caption, else the text after it."""
+    body = item.body.strip()
+    texts = out.render(body) if body else []
+    if item.kind != "file":
+        return [Part("text", t) for t in texts]
+    path = Path(item.file_path)
+    if not path.is_file():
+        return Failed(f"file not found: {item.file_path}")
+    size = path.stat().st_size
+    if size > out.file_max:
+        return Failed(f"file too large for {out.platform} ({size // 1_048_576} MB, limit"
+                      f" {out.file_max // 1_048_576} MB)")
+    caption = texts[0] if len(texts) == 1 and out.measure(texts[0]) <= out.caption_max else ""
+    return [Part("file", caption)] + ([] if caption else [Part("text", t) for t in texts])
+
+
+async def send_row(out: Outbound, item: m.OutboxItem, progress: Progress, placeholder: str = "") -> Outcome:
+    """Send the row's parts from ``parts_sent`` on, recording each but the last before the next goes, so
+    only the one call in flight at a crash can repeat. ``placeholder``: a message the draft showed, edited
+    into the first part (an edit that fails is sent as a new message, the placeholder deleted)."""
+    early = out.ready(item)
+    if early is not None:
+        return early
+    long = len(item.body) >= OFF_LOOP_CHARS
+    parts = await asyncio.to_thread(parts_of, out, item) if long else parts_of(out, item)
+    if isinstance(parts, Failed):
+        return parts
+    if not parts:
+        if placeholder:
+            await _drop(out, item, placeholder)
+        return Sent("")
+    message_id = ""
+    first = min(item.parts_sent, len(parts))
+    if placeholder and (first > 0 or parts[0].kind != "text"):
+        await _drop(out, item, placeholder)
+        placeholder = ""
+    for index in range(first, len(parts)):
+        part, last = parts[index], index == len(parts) - 1
+        try:
+            if part.kind == "file":
+                message_id = await out.send_file(item, Path(item.file_path), part.text)
+            elif placeholder and index == 0:
+                message_id = await _edit_or_send(out, item, placeholder, part.text, last)
+            else:
+                message_id = await out.send_text(item, index, part.text, last)
+        except (asyncio.CancelledError, WriteRejected):
+            raise
+        except Exception as exc:
+            outcome = await out.outcome(exc, item)
+            if outcome is None:
+                raise
+            return outcome
+        if not last:
+            await progress(index + 1, message_id)
+    return Sent(message_id)
+
+
+async def _edit_or_send(out: Outbound, item: m.OutboxItem, placeholder: str, text: str, last: bool) -> str:
+    for attempt in range(2):
+        try:
+            return await out.edit_text(item, placeholder, text, last)
+        except (asyncio.CancelledError, WriteRejected):
+            raise
+        except Exception as exc:
+            outcome = await out.outcome(exc, item)
+            if attempt == 0 and isinstance(outcome, Retry) and outcome.after_s <= EDIT_WAIT_S:
+                await asyncio.sleep(outcome.after_s)  # a flood wait or a hiccup: the edit once more
+                continue
+            out_log = getattr(out, "log", None)
+            if out_log is not None:
+                out_log.info("placeholder_not_edited", outbox_id=item.id, error=str(exc) or type(exc).__name__,
+                             fallback="sent as a new message")
+            break
+    # deleted by someone, too old to edit, still refused: the answer goes as a message of its own
+    message_id = await out.send_text(item, 0, text, last)
+    await _drop(out, item, placeholder)
+    return message_id
+
+
+async def _drop(out: Outbound, item: m.OutboxItem, placeholder: str) -> None:
+    try:
+        await out.drop_placeholder(item, placeholder)
+    except Exception:  # best effort: a stale placeholder is untidy, never a lost answer
+        pass

@@ -32,6 +32,10 @@ class Typing:
         if key not in self._tasks:
             self._tasks[key] = asyncio.create_task(self._loop(channel, chat, key))
 
+    def replying_to(self, instance: str, chat: str) -> str:
+        """The message the chat's working turn answers ("" when none is watched)."""
+        return self._turns.get((instance, chat), (0, ""))[1]
+
     def close(self) -> None:
         for task in self._tasks.values():
             task.cancel()

@@ -1,15 +1,15 @@
-"""Sending an outbox row to Slack: mrkdwn in parts under Slack's limits, in the conversation's thread,
-files by the external upload flow, approvals with buttons, and the Web API's errors mapped to outcomes
-(a 429 waits on its channel and method only; ok:false errors are never retried blindly)."""
+"""Slack's half of the outbound path (the kit's services/gateway/delivery.py owns the rest): mrkdwn in parts
+under Slack's limits, in the conversation's thread, files by the external upload flow, approvals with
+buttons, the Web API's errors mapped to outcomes (a 429 waits on its channel and method only; ok:false
+errors are never retried blindly), and drafts: one placeholder message in the thread, then chat.update."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from schema import messages as m
-from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
-from services.gateway.delivery import backoff
+from services.gateway.channel import Failed, Outcome, Retry
+from services.gateway.delivery import Outbound, backoff
 from services.gateway.limits import Window, Windows
 from services.gateway.slack.api import NetworkError, SlackApi, SlackError
 from services.gateway.slack.render import split_mrkdwn, to_mrkdwn
@@ -21,10 +21,10 @@ TOKEN_ERRORS = frozenset({"invalid_auth", "not_authed", "token_revoked", "token_
                           "no_permission", "missing_scope"})
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 TOKEN_RETRY_S = 300.0
-OFF_LOOP_CHARS = 4_000  # longer texts are formatted in a thread, so one big answer never stalls other channels
+COMMENT_MAX = 40_000            # a file's initial_comment: the text when it is one part
 
 
-class Sender:
+class Sender(Outbound):
     """Limits: chat.postMessage about one a second per channel; the other methods by their tier
     (reactions 50/min, files 20/min for the upload URL, 100/min otherwise)."""
 
@@ -34,7 +34,8 @@ class Sender:
         self.per_channel = Windows(3, 3.0)  # about one a second per channel, a short burst of 3 allowed
         self.methods = {"reactions.add": Window(50, 60.0), "reactions.remove": Window(50, 60.0),
                         "files.getUploadURLExternal": Window(20, 60.0),
-                        "files.completeUploadExternal": Window(100, 60.0)}
+                        "files.completeUploadExternal": Window(100, 60.0),
+                        "chat.update": Window(50, 60.0), "chat.delete": Window(50, 60.0)}  # tier 3
         self.on_thread_post = on_thread_post
 
     async def call(self, method: str, params: dict, **kw) -> dict:
@@ -48,37 +49,77 @@ class Sender:
                 window.cool_down(exc.retry_after)
             raise
 
-    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
+    platform = "Slack"
+    caption_max = COMMENT_MAX
+    file_max = FILE_MAX
+
+    def render(self, body: str) -> list[str]:
+        return split_mrkdwn(to_mrkdwn(body))
+
+    async def send_text(self, item: m.OutboxItem, index: int, text: str, last: bool) -> str:
         channel, thread = target(item.chat)
-        body = item.body.strip()
-        texts = (split_mrkdwn(to_mrkdwn(body)) if len(body) < OFF_LOOP_CHARS
-                 else await asyncio.to_thread(lambda: split_mrkdwn(to_mrkdwn(body)))) if body else []
-        parts: list[tuple[str, str]] = [("text", t) for t in texts]
-        if item.kind == "file":
-            path = Path(item.file_path)
-            if not path.is_file():
-                return Failed(f"file not found: {item.file_path}")
-            if path.stat().st_size > FILE_MAX:
-                return Failed("file too large for Slack (limit 1 GB)")
-            comment = texts[0] if len(texts) == 1 else ""
-            parts = [("file", comment)] + ([] if comment else parts)
-        ts = ""
-        for index in range(min(item.parts_sent, len(parts)), len(parts)):
-            kind, text = parts[index]
-            last = index == len(parts) - 1
-            try:
-                if kind == "file":
-                    ts = await self._upload(channel, thread, Path(item.file_path), text)
-                else:
-                    buttons = item.approval_id if last and len(text) <= SECTION_MAX else ""
-                    ts = await self._post(channel, thread, text, buttons)
-            except SlackError as exc:
-                return self._outcome(channel, exc, item.attempt)
-            if thread:
-                self.on_thread_post(item.chat)
-            if not last:
-                await progress(index + 1, ts)
-        return Sent(ts)
+        ts = await self._post(channel, thread, text, self._buttons(item, text, last))
+        if thread:
+            self.on_thread_post(item.chat)
+        return ts
+
+    async def send_file(self, item: m.OutboxItem, path: Path, caption: str) -> str:
+        channel, thread = target(item.chat)
+        file_id = await self._upload(channel, thread, path, caption)
+        if thread:
+            self.on_thread_post(item.chat)
+        return file_id
+
+    async def edit_text(self, item: m.OutboxItem, message_id: str, text: str, last: bool) -> str:
+        channel, _ = target(item.chat)
+        await self._update(channel, message_id, text, self._buttons(item, text, last))
+        return message_id
+
+    async def drop_placeholder(self, item: m.OutboxItem, message_id: str) -> None:
+        channel, _ = target(item.chat)
+        await self.call("chat.delete", {"channel": channel, "ts": message_id}, timeout=10)
+
+    @staticmethod
+    def _buttons(item: m.OutboxItem, text: str, last: bool) -> str:
+        return item.approval_id if last and len(text) <= SECTION_MAX else ""
+
+    # ------------------------------------------------------------ drafts
+
+    def draft_kind(self, chat: str) -> str:
+        return "placeholder"
+
+    def draft_room(self, chat: str) -> bool:
+        """A draft goes only when no answer would wait for it (the channel's and chat.update's pace free)."""
+        channel, _ = target(chat)
+        return self.per_channel[channel].delay() == 0 and self.methods["chat.update"].delay() == 0
+
+    async def show_draft(self, chat: str, draft_id: int, text: str, placeholder: str, reply_to: str) -> str:
+        """The placeholder posted in the conversation's thread, or updated; its ts back."""
+        channel, thread = target(chat)
+        if placeholder:
+            await self._update(channel, placeholder, text, "")
+            return placeholder
+        ts = await self._post(channel, thread, text, "")
+        if thread:
+            self.on_thread_post(chat)
+        return ts
+
+    def draft_wait(self, exc: Exception) -> float | None:
+        if isinstance(exc, SlackError) and exc.error == "ratelimited":
+            return exc.retry_after or 1.0
+        return None
+
+    async def _update(self, channel: str, ts: str, text: str, approval_id: str) -> None:
+        params: dict = {"channel": channel, "ts": ts, "text": text}
+        if approval_id:  # a placeholder never has blocks of its own
+            params["blocks"] = approval_blocks(text, approval_id)
+        try:
+            await self.call("chat.update", params)
+        except SlackError as exc:
+            if exc.error != "invalid_blocks" or not approval_id:
+                raise
+            self.log.warning("blocks_rejected", channel=channel, fallback="text only")
+            await self.call("chat.update", {k: v for k, v in params.items() if k != "blocks"})
 
     async def _post(self, channel: str, thread: str, text: str, approval_id: str) -> str:
         await self.per_channel[channel].wait()
@@ -113,7 +154,10 @@ class Sender:
         await self.call("files.completeUploadExternal", params)
         return file_id
 
-    def _outcome(self, channel: str, exc: SlackError, attempt: int) -> Outcome:
+    async def outcome(self, exc: Exception, item: m.OutboxItem) -> Outcome | None:
+        if not isinstance(exc, SlackError):
+            return None
+        attempt = item.attempt
         if exc.error == "ratelimited":
             return Retry(exc.retry_after or 1.0, f"{exc.method}: ratelimited")
         if exc.error in TOKEN_ERRORS:

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from schema import messages as m
-from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
-from services.gateway.delivery import backoff
+from services.gateway.channel import Failed, Outcome, Retry
+from services.gateway.delivery import Outbound, backoff, parts_of
 from services.gateway.limits import Window, Windows
 from services.gateway.whatsapp.api import GraphApi, GraphError
 from services.gateway.whatsapp.render import split_whatsapp, to_whatsapp
@@ -38,26 +38,27 @@ MEANINGS = {
 }
 
 
+class Markup(Outbound):
+    """WhatsApp's renderer and limits, shared by the Cloud API's sender and the linked device's transport."""
+
+    platform = "WhatsApp"
+    caption_max = CAPTION_MAX
+    file_max = DOCUMENT_MAX
+
+    def render(self, body: str) -> list[str]:
+        return split_whatsapp(to_whatsapp(body))
+
+
 def message_parts(item: m.OutboxItem) -> list[tuple[str, str]] | Failed:
-    """An outbox row as WhatsApp messages, in sending order: ("text", text) parts, and for a file
-    ("file", caption) first (the text as its caption when it fits, else after it in parts of its own)."""
-    body = item.body.strip()
-    texts = split_whatsapp(to_whatsapp(body)) if body else []
-    parts: list[tuple[str, str]] = [("text", t) for t in texts]
-    if item.kind != "file":
-        return parts
-    path = Path(item.file_path)
-    if not path.is_file():
-        return Failed(f"file not found: {item.file_path}")
-    if path.stat().st_size > DOCUMENT_MAX:
-        return Failed("file too large for WhatsApp (limit 100 MB)")
-    caption = texts[0] if len(texts) == 1 and len(texts[0]) <= CAPTION_MAX else ""
-    return [("file", caption)] + ([] if caption else parts)
+    """An outbox row as WhatsApp messages, in sending order (the kit's parts_of with WhatsApp's limits)."""
+    parts = parts_of(Markup(), item)
+    return parts if isinstance(parts, Failed) else [(p.kind, p.text) for p in parts]
 
 
-class Sender:
+class Sender(Markup):
     """Pacing: the Cloud API's default 80 messages a second per number; after a pair-rate error
-    (131056) the recipient waits alone, after a throughput error (130429) the whole number."""
+    (131056) the recipient waits alone, after a throughput error (130429) the whole number.
+    No drafts: the Cloud API has the typing indicator only (services/gateway/typing.py)."""
 
     def __init__(self, api: GraphApi, log, template: str = "", template_language: str = "en_US") -> None:
         self.api = api
@@ -68,21 +69,11 @@ class Sender:
         self.template_language = template_language
         self.templated: dict[str, float] = {}  # recipient -> when a template went (this process)
 
-    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
-        to = item.chat
-        parts = message_parts(item)
-        if isinstance(parts, Failed):
-            return parts
-        wamid = ""
-        for index in range(min(item.parts_sent, len(parts)), len(parts)):
-            kind, text = parts[index]
-            try:
-                wamid = await self._send_part(to, kind, text, Path(item.file_path))
-            except GraphError as exc:
-                return await self._outcome(to, exc, item.attempt)
-            if index < len(parts) - 1:
-                await progress(index + 1, wamid)
-        return Sent(wamid)
+    async def send_text(self, item: m.OutboxItem, index: int, text: str, last: bool) -> str:
+        return await self._send_part(item.chat, "text", text, Path())
+
+    async def send_file(self, item: m.OutboxItem, path: Path, caption: str) -> str:
+        return await self._send_part(item.chat, "file", caption, path)
 
     async def _send_part(self, to: str, kind: str, text: str, path: Path) -> str:
         await self.recipients[to].wait()
@@ -102,6 +93,9 @@ class Sender:
         answer = await self.api.send(payload)
         sent = answer.get("messages") if isinstance(answer.get("messages"), list) else []
         return str(sent[0].get("id") or "") if sent and isinstance(sent[0], dict) else ""
+
+    async def outcome(self, exc: Exception, item: m.OutboxItem) -> Outcome | None:
+        return await self._outcome(item.chat, exc, item.attempt) if isinstance(exc, GraphError) else None
 
     async def _outcome(self, to: str, exc: GraphError, attempt: int) -> Outcome:
         if exc.code == OUTSIDE_WINDOW:
