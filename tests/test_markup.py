@@ -67,7 +67,7 @@ def test_every_renderer_splits_within_the_limit_balanced_and_whole(name: str, ma
         assert sum(a.kind == "open" for a in again) == sum(a.kind == "close" for a in again), text
     bodies = [r.visible(p.body) for p in parts]
     assert squash(carried) == squash("".join(bodies))  # nothing lost
-    assert clusters(squash(carried)) == [c for body in bodies for c in clusters(squash(body))]  # no cluster cut
+    assert clusters(carried) == [c for body in bodies for c in clusters(body)]  # no cluster cut
 
 
 @pytest.mark.parametrize("name", RENDERERS)
@@ -86,10 +86,6 @@ def test_no_renderer_cuts_an_emoji_sequence(name: str) -> None:
     parts = [p.body for p in split(r.atoms(r.render(family * 20), 36), 36, r.measure)]
     assert all(p.replace(family, "") == "" for p in parts), parts
     assert 20 == sum(p.count(family) for p in parts)
-
-
-def test_telegram_keeps_a_skin_tone_with_its_emoji() -> None:
-    assert ["👍🏽" * 8] * 5 == telegram.split_html("👍🏽" * 40, 33)  # the old splitter cut 👍 from 🏽
 
 
 # --- the splitter ---------------------------------------------------------------------------------
@@ -113,6 +109,45 @@ def test_whatsapp_reopens_a_code_block_and_a_bold_span_across_parts() -> None:
     assert len(bold) > 1 and all(p.startswith("*") and p.endswith("*") for p in bold), bold
 
 
+SPLITTERS = {"telegram": telegram.split_html, "slack": slack.split_mrkdwn, "whatsapp": whatsapp.split_whatsapp,
+             "plain": plain.split_plain}
+UTF16 = ("telegram", "slack", "plain")
+
+
+@pytest.mark.parametrize(("name", "text"), [("telegram", "<b>hi</b>"), ("slack", "*hi*"), ("whatsapp", "*hi*"),
+                                            ("plain", "hi")])
+def test_short_text_is_one_part(name: str, text: str) -> None:
+    assert [text] == SPLITTERS[name](text)
+
+
+@pytest.mark.parametrize("name", SPLITTERS)
+def test_breaks_as_preferred(name: str) -> None:
+    cut = SPLITTERS[name]
+    assert ([], []) == (cut(""), cut(" \n\n "))
+    text = "first paragraph here\n\nsecond one goes on and on"
+    assert ["first paragraph here", "second one goes on and on"] == cut(text, 40)
+    text = "alpha beta gamma delta\nepsilon zeta eta theta"
+    assert ["alpha beta gamma delta", "epsilon zeta eta theta"] == cut(text, 36)
+    text = "alpha beta gamma\ndelta epsilon zeta eta"  # an early line break loses to a late space
+    assert ["alpha beta gamma\ndelta epsilon zeta", "eta"] == cut(text, 36)
+    assert ["aaaa bbbb cccc dddd eeee ffff", "gggg"] == cut("aaaa bbbb cccc dddd eeee ffff gggg", 32)
+    assert ["x" * 32, "x" * 32, "x" * 6] == cut("x" * 70, 32)  # a hard break without whitespace
+    with pytest.raises(ValueError):
+        cut("abc", 31)
+
+
+@pytest.mark.parametrize("name", UTF16)
+def test_never_splits_a_surrogate_pair_a_flag_an_accent_or_an_emoji_sequence(name: str) -> None:
+    cut = SPLITTERS[name]
+    parts = cut("😀" * 40, 33)
+    assert ["😀" * 16, "😀" * 16, "😀" * 8] == parts
+    for part in parts:
+        part.encode("utf-16-le")  # strict: raises on half a pair
+    assert ["👍🏽" * 8] * 5 == cut("👍🏽" * 40, 33)  # 4 UTF-16 units each (Telegram's old splitter cut 👍 from 🏽)
+    assert ["🇺🇸" * 8, "🇺🇸" * 2] == cut("🇺🇸" * 10, 32)
+    assert ["e\u0301" * 16, "e\u0301" * 4] == cut("e\u0301" * 20, 32)
+
+
 # --- the model ------------------------------------------------------------------------------------
 
 
@@ -130,8 +165,8 @@ def test_the_model_of_a_message() -> None:
 
 def test_the_model_keeps_what_it_does_not_know_as_text() -> None:
     assert (md.Line((md.Text("2*3*4 snake_case_name **open"),)),) == md.parse("2*3*4 snake_case_name **open")
-    assert (md.Line((md.Url("https://x.io/a_b_"), md.Text(" "), md.Angle("mention", "<@U024BE7LH>"))),) == md.parse(
-        "https://x.io/a_b_ <@U024BE7LH>")
+    assert (md.Line((md.Url("https://x.io/a_b"), md.Text("_. "), md.Angle("mention", "<@U024BE7LH>"))),) == md.parse(
+        "https://x.io/a_b_. <@U024BE7LH>")  # the punctuation after a bare URL is not part of it
 
 
 # --- WhatsApp and plain renderers ----------------------------------------------------------------

@@ -364,47 +364,6 @@ def test_well_formed_emphasis_never_leaves_a_lone_marker(
 # --- split_mrkdwn: examples -------------------------------------------------------------------
 
 
-def test_short_text_is_one_part() -> None:
-    assert ["*hi*"] == split_mrkdwn("*hi*")
-
-
-def test_empty_and_blank_give_no_parts() -> None:
-    assert ([], []) == (split_mrkdwn(""), split_mrkdwn(" \n\n "))
-
-
-def test_prefers_paragraph_break() -> None:
-    text = "first paragraph here\n\nsecond one goes on and on"
-    assert ["first paragraph here", "second one goes on and on"] == split_mrkdwn(
-        text, 40
-    )
-
-
-def test_prefers_line_break_over_space() -> None:
-    text = "alpha beta gamma delta\nepsilon zeta eta theta"
-    assert ["alpha beta gamma delta", "epsilon zeta eta theta"] == split_mrkdwn(
-        text, 36
-    )
-
-
-def test_an_early_line_break_loses_to_a_late_space() -> None:
-    text = "alpha beta gamma\ndelta epsilon zeta eta"
-    assert ["alpha beta gamma\ndelta epsilon zeta", "eta"] == split_mrkdwn(text, 36)
-
-
-def test_hard_break_without_whitespace() -> None:
-    assert ["x" * 32, "x" * 32, "x" * 6] == split_mrkdwn("x" * 70, 32)
-
-
-def test_never_splits_a_surrogate_pair_or_an_emoji_sequence() -> None:
-    parts = split_mrkdwn("👍🏽" * 40, 33)  # 4 UTF-16 units each
-    assert ["👍🏽" * 8] * 5 == parts
-
-
-def test_never_splits_a_flag_or_an_accent() -> None:
-    assert ["🇺🇸" * 8, "🇺🇸" * 2] == split_mrkdwn("🇺🇸" * 10, 32)
-    assert ["e\u0301" * 16, "e\u0301" * 4] == split_mrkdwn("e\u0301" * 20, 32)
-
-
 def test_never_splits_an_entity() -> None:
     parts = split_mrkdwn("&amp;" * 100, 52)
     assert all(_ENTITY.sub("", p) == "" for p in parts)
@@ -472,11 +431,6 @@ def test_default_limit_suits_slack() -> None:
     parts = split_mrkdwn(text)
     assert len(parts) > 5
     assert all(utf16_len(p) <= DEFAULT_PART_LIMIT for p in parts)
-
-
-def test_limit_below_minimum_is_rejected() -> None:
-    with pytest.raises(ValueError):
-        split_mrkdwn("abc", 31)
 
 
 # --- split_mrkdwn: properties -----------------------------------------------------------------

@@ -207,48 +207,6 @@ def test_to_plain_strips_tags_and_unescapes() -> None:
 # --- split_html / split_plain: examples --------------------------------------------------------
 
 
-def test_short_text_is_one_part() -> None:
-    assert ["<b>hi</b>"] == split_html("<b>hi</b>")
-
-
-def test_empty_and_blank_give_no_parts() -> None:
-    assert ([], [], []) == (split_html(""), split_html(" \n\n "), split_plain(""))
-
-
-def test_prefers_paragraph_break() -> None:
-    text = "first paragraph here\n\nsecond one goes on and on"
-    assert ["first paragraph here", "second one goes on and on"] == split_plain(
-        text, 40
-    )
-
-
-def test_prefers_line_break_over_space() -> None:
-    text = "alpha beta gamma delta\nepsilon zeta eta theta"
-    assert ["alpha beta gamma delta", "epsilon zeta eta theta"] == split_plain(text, 36)
-
-
-def test_an_early_line_break_loses_to_a_late_space() -> None:
-    text = "alpha beta gamma\ndelta epsilon zeta eta"
-    assert ["alpha beta gamma\ndelta epsilon zeta", "eta"] == split_plain(text, 36)
-
-
-def test_breaks_at_space_when_no_newline() -> None:
-    assert ["aaaa bbbb cccc dddd eeee ffff", "gggg"] == split_plain(
-        "aaaa bbbb cccc dddd eeee ffff gggg", 32
-    )
-
-
-def test_hard_break_without_whitespace() -> None:
-    assert ["x" * 32, "x" * 32, "x" * 6] == split_plain("x" * 70, 32)
-
-
-def test_never_splits_a_surrogate_pair() -> None:
-    parts = split_plain("😀" * 40, 33)
-    assert ["😀" * 16, "😀" * 16, "😀" * 8] == parts
-    for part in parts:
-        part.encode("utf-16-le")  # strict: raises on half a pair
-
-
 def test_never_splits_an_entity() -> None:
     parts = split_html("&amp;" * 100, 52)
     assert all(set(to_plain(p)) == {"&"} for p in parts)
@@ -268,11 +226,6 @@ def test_reopens_tags_with_attributes() -> None:
 def test_drops_a_tag_pair_too_large_to_repeat() -> None:
     html = '<a href="https://example.com/' + "p" * 100 + '">text</a>'
     assert ["text"] == split_html(html, 50)
-
-
-def test_limit_below_minimum_is_rejected() -> None:
-    with pytest.raises(ValueError):
-        split_plain("abc", 10)
 
 
 def test_long_code_block_splits_into_valid_pre_parts() -> None:

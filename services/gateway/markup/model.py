@@ -46,7 +46,7 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class Url:
-    """A bare URL, as written (its _ and * are never emphasis)."""
+    """A bare URL, as written (its _ and * are never emphasis), without the punctuation after it."""
 
     text: str
 
@@ -110,6 +110,7 @@ LINK: Final = re.compile(r"\[([^\[\]\n]+)\]\([ \t]*([^\s()]+(?:\([^\s()]*\)[^\s(
 ESCAPABLE: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _SPECIAL: Final = re.compile(r"[\\`*_~\[<]|(?<![\w/])(?:https?|tg)://")
 _BARE_URL: Final = re.compile(r"(?:https?|tg)://[^\s<>\"|`]+")
+_URL_TRAILING: Final = frozenset(".,:;!?'\"*_~")
 _ANGLE: Final = (
     ("mention", re.compile(r"<(?:@[UW]|#[CG])[A-Z0-9]{2,}(?:\|[^<>|&\n]*)?>")),
     ("broadcast", re.compile(r"<!(?:here|channel|everyone|subteam\^S[A-Z0-9]{2,})(?:\|[^<>|&\n]*)?>")),
@@ -174,6 +175,13 @@ def _line(line: str) -> Line | Heading | Item:
     return Line(inline(line))
 
 
+def _trim_url(url: str) -> str:
+    """A bare URL without the sentence punctuation after it (and without an unbalanced ")")."""
+    while url[-1] in _URL_TRAILING or (url[-1] == ")" and url.count(")") > url.count("(")):
+        url = url[:-1]
+    return url
+
+
 def _next(s: str, at: int, after: str) -> str:
     """The character a reader sees after s[:at]: an escaped one counts as itself."""
     if at >= len(s):
@@ -209,8 +217,9 @@ def inline(s: str, after: str = "", links: bool = True, depth: int = 0) -> tuple
                 buf.append(m.group())
                 i = m.end()
             else:
-                emit(Url(url.group()))
-                i = url.end()
+                bare = _trim_url(url.group())
+                emit(Url(bare))
+                i += len(bare)
         elif c == "\\":
             escaped = i + 1 < n and s[i + 1] in ESCAPABLE
             buf.append(s[i + 1] if escaped else c)

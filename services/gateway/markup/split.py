@@ -211,7 +211,11 @@ def split(atoms: list[Atom], limit: int, measure: Measure = utf16_len) -> list[P
                 i += 1
                 continue
             if a.kind == "space" and has_text:
-                if (a.raw == "\n" and not trailing[i]) if code else atoms[i - 1].kind != "space":
+                if code:  # a newline, the first of its run, with more code after it
+                    at = a.raw == "\n" != atoms[i - 1].raw and not trailing[i]
+                else:  # the first space after text
+                    at = atoms[i - 1].kind not in ("space", "open")
+                if at:
                     breaks.append(_Break(i, len(chunk.pieces), chunk.used, tuple(stack)))
             if chunk.used + chunk.closing + a.size > limit:
                 if code and trailing[i]:  # whitespace ending a code block goes when it does not fit
@@ -226,7 +230,9 @@ def split(atoms: list[Atom], limit: int, measure: Measure = utf16_len) -> list[P
         brk = _choose(atoms, breaks, chunk.used) if full else None
         if brk is not None:
             pieces, stack = brk.pieces, list(brk.stack)
-            i = brk.at + 1 if _verbatim(stack) else _run_end(atoms, brk.at)
+            i = _run_end(atoms, brk.at)
+            if _verbatim(stack):  # the blank lines go, the next line's indentation stays
+                i = max(k for k in range(brk.at, i) if atoms[k].raw == "\n") + 1
         elif full:
             pieces = _back_off(atoms, chunk)
             if pieces < len(chunk.pieces):

@@ -48,7 +48,6 @@ _MARKS: Final = {"bold": "*", "italic": "_", "strike": "~"}
 _ZWSP: Final = "\u200b"
 _FENCE_RUN = re.compile(r"`{3,}")
 _TOKEN = re.compile(r"<[^<>\n]*>")
-_URL_TRAILING: Final = frozenset(".,:;!?'\"*_~")
 
 
 def escape(text: str) -> str:
@@ -77,18 +76,6 @@ def _url(url: str) -> str:
     return url.replace("&", "&amp;")
 
 
-def _trim_url(url: str) -> str:
-    """A bare URL without the sentence punctuation after it (and without an unbalanced ")")."""
-    while url:
-        if url[-1] in _URL_TRAILING:
-            url = url[:-1]
-        elif url[-1] == ")" and url.count(")") > url.count("("):
-            url = url[:-1]
-        else:
-            break
-    return url
-
-
 def _touches(ch: str) -> bool:
     """A letter, digit or marker next to a marker keeps Slack from reading it as one."""
     return ch.isalnum() or (ch != "" and ch in "*_~")
@@ -114,10 +101,7 @@ def _span(span: md.Inline, allow: _Allow, before: str, plain: bool) -> str:
     if isinstance(span, md.Text):
         return _text(span.text)
     if isinstance(span, md.Url):
-        url = _trim_url(span.text)
-        if plain or not md.safe_url(url, LINK_SCHEMES):
-            return _text(span.text)
-        return f"<{_url(url)}>{_text(span.text[len(url):])}"
+        return _text(span.text) if plain or not md.safe_url(span.text, LINK_SCHEMES) else f"<{_url(span.text)}>"
     if isinstance(span, md.Code):  # mrkdwn code spans cannot hold a backtick
         return _text(span.text) if plain or "`" in span.text else f"`{_text(span.text)}`"
     if isinstance(span, md.Angle):
