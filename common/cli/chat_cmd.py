@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 
-from common import bus, db
+from common import bus, chat_commands, db
 from common.cli import output
 from common.cli.context import Context
 from common.errors import StarlingError
@@ -251,11 +251,11 @@ class Chat:
 
     def resumed_turn(self, text: str, watched: list[int]) -> int | None:
         """The parked turn an /approve or /deny just decided, when it is not watched yet."""
-        words = text.split()
-        if len(words) < 2 or words[0] not in ("/approve", "/deny"):
+        decided = chat_commands.decision(text)
+        if decided is None:
             return None
         with db.read_tx(self.reader):
-            approval = approval_store.get(self.reader, words[1].upper())
+            approval = approval_store.get(self.reader, decided[1])
         if approval is None or approval.state == "pending" or not approval.turn_id or approval.turn_id in watched:
             return None
         return approval.turn_id

@@ -1,47 +1,31 @@
-"""Chat commands a person sends to their agent: /new, /status, /help, /approve, /deny."""
+"""The runner's answers to the chat commands (common/chat_commands.py defines them and reads a message as one):
+/new, /status, /help, /approve, /deny."""
 
 from __future__ import annotations
 
 from typing import Awaitable, Callable
 
+from common import chat_commands as cc
 from common.db import read_tx
 from common.errors import WriteRejected
 from common.stores import approval_store, audit_store, session_store, turn_store
 from schema import messages as m
 
-HELP = """\
-Commands:
-/new — start a fresh conversation (memories in MEMORY.md and USER.md stay)
-/status — this agent, its model, this conversation's size and cost, pending approvals
-/approve ID — allow the action an approval asked for (/approve ID always: also from now on)
-/deny ID — refuse it
-/help — this list"""
-
-COMMANDS = ("/new", "/status", "/help", "/approve", "/deny")
-
-
-def parse(text: str) -> tuple[str, list[str]] | None:
-    """("/approve", ["AB12CD34"]) for a command, None for anything else (text that merely starts with /)."""
-    words = text.strip().split()
-    if not words:
-        return None
-    name = words[0].split("@", 1)[0].lower()  # Telegram appends @botname in groups
-    return (name, words[1:]) if name in COMMANDS else None
-
 
 async def run(name: str, args: list[str], claim: m.TurnClaim, call: Callable[[m.WriteOp], Awaitable],
               reader, describe_model: str) -> str:
     """The command's reply text; state changes go through the writer like everything else."""
-    if name == "/help":
-        return HELP
-    if name == "/new":
+    if name == cc.HELP:
+        return cc.HELP_TEXT
+    if name == cc.NEW:
         await call(m.CloseSession(session_id=claim.session_id, reason="new"))
         return "Started a new conversation. I still keep what is in MEMORY.md and USER.md."
-    if name == "/status":
+    if name == cc.STATUS:
         return _status(claim, reader, describe_model)
-    if not args:
-        return f"Usage: {name} ID" + (" [always]" if name == "/approve" else "")
-    return await _decide(name == "/approve", args, claim, call, reader)
+    decided = cc.decision(" ".join([name, *args]))
+    if decided is None:
+        return f"Usage: {name} ID" + (f" [{cc.ALWAYS}]" if name == cc.APPROVE else "")
+    return await _decide(*decided, claim, call, reader)
 
 
 def _status(claim: m.TurnClaim, reader, describe_model: str) -> str:
@@ -57,9 +41,7 @@ def _status(claim: m.TurnClaim, reader, describe_model: str) -> str:
     return "\n".join(lines)
 
 
-async def _decide(approve: bool, args: list[str], claim: m.TurnClaim, call, reader) -> str:
-    approval_id = args[0].strip().upper()
-    always = approve and len(args) > 1 and args[1].lower() == "always"
+async def _decide(approve: bool, approval_id: str, always: bool, claim: m.TurnClaim, call, reader) -> str:
     with read_tx(reader) as conn:
         approval = approval_store.get(conn, approval_id)
         session = session_store.get(conn, approval.session_id) if approval and approval.session_id else None

@@ -15,6 +15,7 @@ import time
 
 import msgspec
 
+from common import chat_commands
 from common.db import read_tx
 from common.errors import StarlingError, WriteRejected
 from common.stores import approval_store, fold_store, session_store, turn_store
@@ -55,7 +56,7 @@ class TurnWork:
 
     async def run(self) -> None:
         claim = self.claim
-        parsed = commands.parse(claim.text)
+        parsed = chat_commands.parse(claim.text)
         try:
             if parsed is not None:
                 describe = self.runner.describe_model(claim.agent)
@@ -297,7 +298,7 @@ class TurnWork:
         approval_id = "".join(secrets.choice(APPROVAL_ALPHABET) for _ in range(8))
         arguments = registry.redact_arguments(call.arguments)
         notice = (f"I need your approval to {result.approval_reason or call.name}:\n{_show(call)}\n"
-                  f"Approve with /approve {approval_id} (or /approve {approval_id} always), or /deny {approval_id}.")
+                  + chat_commands.approval_hint(approval_id))
         await self._audit(call, ToolResult(result.approval_reason, outcome="pending"), 0.0)
         await self.call(m.ParkTurn(turn_id=self.claim.turn_id, worker=self.worker, approval_id=approval_id,
                                    tool=call.name, arguments=json.dumps({"call_id": call.id, "args": arguments}),

@@ -22,12 +22,12 @@ import re
 import time
 from pathlib import Path
 
+from common import chat_commands
 from common.db import read_tx
 from common.errors import WriteRejected
 from common.home import write_private_file
 from common.stores import retention_store
 from schema import messages as m
-from services.runner import commands
 
 DAY_S = 86400.0
 RESET_BATCH = 200
@@ -35,7 +35,7 @@ CAPTURE_BATCH = 50
 PAGE = 500
 NAME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})-(\d{2})(\d{2})(?:-\d+)?\.md$")
 MARKER = "<!-- starling session {id} -->"
-REASONS = {"new": "/new", "daily": "the daily reset", "idle": "the idle reset"}
+REASONS = {"new": chat_commands.NEW, "daily": "the daily reset", "idle": "the idle reset"}
 
 
 def last_boundary(now: float, hour: int) -> float:
@@ -143,7 +143,7 @@ class Memory:
             with read_tx(self.reader()) as conn:  # a page per short read transaction
                 page = retention_store.transcript(conn, session_id, after, PAGE)
             for line in page:
-                if line.role == "user" and commands.parse(line.content) is not None:
+                if line.role == "user" and chat_commands.is_command(line.content):
                     skipped.add(line.thread)
                 elif line.thread not in skipped and line.role in ("user", "assistant") and line.content.strip():
                     lines.append(line)

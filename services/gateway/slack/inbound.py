@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, NamedTuple
 
+from common import chat_commands
 from services.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 HANDLED_SUBTYPES = (None, "", "file_share", "thread_broadcast")
@@ -101,15 +102,16 @@ def parse_action(payload: Any, instance: str) -> Parsed | Skip:
     message = payload.get("message") if isinstance(payload.get("message"), dict) else {}
     actions = payload.get("actions") if isinstance(payload.get("actions"), list) else []
     action = actions[0] if actions and isinstance(actions[0], dict) else {}
-    verb = {"starling_approve": "/approve", "starling_deny": "/deny"}.get(action.get("action_id"))
+    approve = {"starling_approve": True, "starling_deny": False}.get(action.get("action_id"))
     value, action_ts = action.get("value"), action.get("action_ts")
-    if not (isinstance(user, str) and isinstance(channel, str) and verb and isinstance(value, str)
+    if not (isinstance(user, str) and isinstance(channel, str) and approve is not None and isinstance(value, str)
             and isinstance(action_ts, str)):
         return Skip("block action that is not an approval button")
     private = channel.startswith("D")
     thread = message.get("thread_ts") or message.get("ts") or ""
     chat = chat_of(channel, str(thread), private)
-    msg = InboundMessage(chat=chat, sender=user, text=f"{verb} {value}", private=private, addressed=True,
+    msg = InboundMessage(chat=chat, sender=user, text=chat_commands.decide_text(approve, value), private=private,
+                         addressed=True,
                          dedupe_keys=[f"slack:{instance}:a:{channel}:{action_ts}:{user}"],
                          room="" if private else channel, thread="" if private else str(thread),
                          sent_at=_float(str(action_ts)))

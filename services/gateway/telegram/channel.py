@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from common import holding
+from common import chat_commands, holding
 from common.errors import StarlingError
 from common.log import register_secret
 from common.secrets import resolve_secret
@@ -38,13 +38,7 @@ FETCH_WEBHOOK_S = 12.0       # in webhook mode a slow file is described, not wai
 CONFLICT_RETRY_S = (2.0, 60.0)
 ALLOWED_UPDATES = list(inbound.HANDLED)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-COMMANDS = [
-    {"command": "new", "description": "start a fresh conversation"},
-    {"command": "status", "description": "agent, model, conversation size and cost"},
-    {"command": "help", "description": "what I understand"},
-    {"command": "approve", "description": "approve an action: /approve ID"},
-    {"command": "deny", "description": "refuse an action: /deny ID"},
-]
+COMMANDS = chat_commands.menu()
 
 
 class TelegramChannel(Channel):
