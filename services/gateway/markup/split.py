@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Callable, Final, Literal
+from typing import Callable, Final, Literal, NamedTuple
 
 Measure = Callable[[str], int]
 
@@ -29,6 +29,8 @@ _MAX_CLUSTER: Final = 8  # code points kept together
 _SPACES: Final = frozenset(" \t\n")
 _SENTENCE_END: Final = frozenset(".!?…")
 _ZWJ: Final = "\u200d"
+_MARKS: Final = "\u0300"  # no character below this joins the one before it (but after a ZWJ)
+_ASTRAL: Final = "\U00010000"
 ENTITY: Final = r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,9});"
 
 
@@ -37,8 +39,7 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
-@dataclass(frozen=True, slots=True)
-class Atom:
+class Atom(NamedTuple):  # a tuple: messages run to 10⁵ atoms
     kind: Literal["text", "space", "open", "close"]
     raw: str
     size: int  # raw in the platform's measure
@@ -87,24 +88,35 @@ def _joins(cluster: str, ch: str) -> bool:
     )
 
 
+_SPACE_ATOMS: Final = {ch: Atom("space", ch, 1) for ch in _SPACES}
+_BMP: dict[str, Atom] = {}  # one atom per character seen (atoms are immutable)
+
+
 def text_atoms(text: str, measure: Measure, atoms: list[Atom] | None = None) -> list[Atom]:
     """`text` as cluster and space atoms, appended to `atoms`."""
     atoms = [] if atoms is None else atoms
+
+    def add(cluster: str) -> None:  # a lone character of the BMP is 1 in either measure
+        if len(cluster) == 1 and cluster < _ASTRAL:
+            atoms.append(_BMP.get(cluster) or _BMP.setdefault(cluster, Atom("text", cluster, 1)))
+        else:
+            atoms.append(Atom("text", cluster, measure(cluster)))
+
     cluster = ""
     for ch in text:
         if ch in _SPACES:
             if cluster:
-                atoms.append(Atom("text", cluster, measure(cluster)))
+                add(cluster)
                 cluster = ""
-            atoms.append(Atom("space", ch, 1))
-        elif cluster and len(cluster) < _MAX_CLUSTER and _joins(cluster, ch):
+            atoms.append(_SPACE_ATOMS[ch])
+        elif cluster and (ch >= _MARKS or cluster[-1] == _ZWJ) and len(cluster) < _MAX_CLUSTER and _joins(cluster, ch):
             cluster += ch
         else:
             if cluster:
-                atoms.append(Atom("text", cluster, measure(cluster)))
+                add(cluster)
             cluster = ch
     if cluster:
-        atoms.append(Atom("text", cluster, measure(cluster)))
+        add(cluster)
     return atoms
 
 
@@ -187,12 +199,14 @@ def split(atoms: list[Atom], limit: int, measure: Measure = utf16_len) -> list[P
         has_text = False  # in this part; inside a code block, since it (re)opened
         breaks: list[_Break] = []
         full = False
+        code = _verbatim(stack)
         while i < len(atoms):
-            a, code = atoms[i], _verbatim(stack)
+            a = atoms[i]
             if a.kind == "close":
                 if a.pair not in skipped:
                     chunk.take(atoms, i)
                     chunk.closing -= measure(stack.pop().closer)
+                    code = _verbatim(stack)
                 i += 1
                 continue
             if a.kind == "open":
@@ -208,6 +222,7 @@ def split(atoms: list[Atom], limit: int, measure: Measure = utf16_len) -> list[P
                 stack.append(a)
                 chunk.closing += measure(a.closer)
                 has_text = has_text and not a.verbatim
+                code = code or a.verbatim
                 i += 1
                 continue
             if a.kind == "space" and has_text:
