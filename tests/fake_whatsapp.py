@@ -42,9 +42,12 @@ Cloud API behaviour (checked against Meta's documentation and its mirrors; the f
     [{"profile": {"name"}, "wa_id"}], "messages": [..]} or {.., "statuses": [..]}}]}]}. The body escapes
     non-ASCII as \\uXXXX (Meta signs that form) and is signed `X-Hub-Signature-256: sha256=<hex HMAC-SHA256(app
     secret, raw body)>` (+ X-Hub-Signature sha1). Non-2xx or no answer: retried with exponential backoff
-    (webhook_backoff, short; Meta keeps trying for days) up to webhook_attempts; wrongly signed or unsigned posts
-    are tried once unless attempts= says otherwise. Queued deliveries go one at a time, in order, unless
-    webhook_concurrency says otherwise (fake). Inbound media carry {"id", "mime_type", "sha256" (base64),
+    (webhook_backoff, short; Meta keeps trying "with decreasing frequency" for up to 7 days) up to webhook_attempts,
+    each delivery retried on its own; wrongly signed or unsigned posts are tried once unless attempts= says otherwise.
+    Meta posts concurrently and promises no order: webhook_concurrency deliveries at once, each after a random
+    delay of up to webhook_jitter s, so one number's messages reach the gateway in any order (their timestamps,
+    whole seconds, say which was sent first). The fake's default is 1 and 0 (fake): one at a time, in order, so a
+    delivery being retried holds back those behind it. Inbound media carry {"id", "mime_type", "sha256" (base64),
     "caption"?, "filename"? (document), "voice"? (audio)}; "unsupported" carries errors [131051]. Statuses {"id",
     "status", "timestamp", "recipient_id", "conversation"?, "pricing"?, "errors"? (failed)}: one per delivery
     unless batch=True, in any order asked.
@@ -132,7 +135,8 @@ RECORD_KINDS = ("requests", "sent", "reads", "uploads", "downloads", "deliveries
 SCRIPT_ON = ("send", "read", "upload", "media", "download", "*")
 SETTINGS: dict[str, Any] = {"media_ttl": MEDIA_TTL, "window": WINDOW, "enforce_window": True, "window_errors": "sync",
                             "templates": None, "strict_reads": True, "file_size_as_string": False,
-                            "webhook_attempts": 20, "webhook_backoff": (0.05, 1.0), "webhook_concurrency": 1}
+                            "webhook_attempts": 20, "webhook_backoff": (0.05, 1.0), "webhook_concurrency": 1,
+                            "webhook_jitter": 0.0}
 ERROR_HREF = "https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes/"
 
 # code: (HTTP status, title, details) as Meta's error-code table gives them
@@ -481,7 +485,8 @@ class FakeWhatsApp:
     def configure(self, **kw: Any) -> dict[str, Any]:
         """Change any of SETTINGS: media_ttl, window (s), enforce_window, window_errors ("sync" | "webhook"),
         templates (None: any name), strict_reads, file_size_as_string, webhook_attempts, webhook_backoff (first,
-        max s), webhook_concurrency (queued deliveries posted at once; 1 keeps them in order)."""
+        max s), webhook_concurrency (queued deliveries posted at once; 1 keeps them in order), webhook_jitter (each
+        queued delivery waits a random 0..this many s before it is posted: with concurrency, out of order)."""
         if set(kw) - set(SETTINGS):
             raise ValueError(f"unknown settings {sorted(set(kw) - set(SETTINGS))}; known: {sorted(SETTINGS)}")
         if kw.get("window_errors", "sync") not in ("sync", "webhook"):
@@ -490,6 +495,8 @@ class FakeWhatsApp:
             raise ValueError("webhook_attempts must be 1..100")
         if not 1 <= int(kw.get("webhook_concurrency", 1)) <= 16:
             raise ValueError("webhook_concurrency must be 1..16")
+        if not 0 <= float(kw.get("webhook_jitter", 0)) <= 10:
+            raise ValueError("webhook_jitter must be 0..10 s")
         for key, value in kw.items():
             if key == "templates" and value is not None:
                 value = set(value)
@@ -739,6 +746,8 @@ class FakeWhatsApp:
             item = await self._queue.get()
             self._busy += 1
             try:
+                if self.webhook_jitter:  # a later delivery may overtake this one (on another worker)
+                    await asyncio.sleep(random.uniform(0, float(self.webhook_jitter)))
                 await self._post(*item)
             finally:
                 self._busy -= 1

@@ -59,7 +59,7 @@ class Gateway:
         self.channels: dict[str, Channel] = {cfg.id: make_channel(self, cfg) for cfg in instances}
         self.access = {cfg.id: Access(cfg.id, [make_channel.normalize_id(a) for a in cfg.allow], lambda: self.reader,
                                       make_channel.senders_in_groups) for cfg in instances}
-        self.lines = {cid: ChatOrder(channel.reorder_s) for cid, channel in self.channels.items()}
+        self.lines = {cid: ChatOrder(channel.reorder) for cid, channel in self.channels.items()}
         self.typing = Typing(self)
         self.deliverer = Deliverer(self)
         self.drafts = Drafts(self)  # streamed answers shown while the model writes (streaming = "draft")
@@ -161,7 +161,7 @@ class Gateway:
     async def take(self, channel: Channel, event: object) -> str:
         """One platform event, the whole inbound path: what became of it (skipped, accepted, duplicate,
         pairing, ignored, not_addressed, answered, dead_letter) once it is stored; only then may the
-        channel acknowledge it. A chat's messages go one at a time, in order (``Channel.reorder_s``)."""
+        channel acknowledge it. A chat's messages go one at a time, in order (``Channel.reorder``)."""
         parsed = channel.parse(event)
         if isinstance(parsed, Skip):
             channel.log.info(f"{channel.event_name}_skipped", reason=parsed.reason)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, NamedTuple
 
 from schema import messages as m
+from services.gateway.order import Window
 
 if TYPE_CHECKING:
     from services.gateway.base import Gateway
@@ -98,9 +99,10 @@ class Channel:
     # True: the platform's retries end sooner than a writer outage may last (Slack), so events are
     # acknowledged once in the process's spool (services/gateway/spool.py), replayed through Gateway.take
     spools = False
-    # > 0: a chat's messages are handed to the writer in the order of their timestamps (ties: arrival)
-    # among those that arrive within this many seconds of each other (services/gateway/order.py)
-    reorder_s = 0.0
+    # a Window: a chat's messages are handed to the writer in the order of their timestamps (ties: arrival),
+    # a message waiting briefly for one sent before it that may come after it (services/gateway/order.py);
+    # None: in the order they arrive
+    reorder: Window | None = None
     event_name = "event"  # what the platform calls an event, in log lines ("update_skipped")
 
     @staticmethod

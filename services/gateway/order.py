@@ -1,20 +1,29 @@
 """A chat's inbound messages handed to the writer one at a time and in order; chats side by side.
 
-Without a window (``window_s = 0``: Telegram, Slack, WhatsApp linked) the order is the order of arrival:
-those platforms deliver a chat's events in order. With one (WhatsApp Cloud) it is the order of the
-platform's timestamps, ties by arrival, among messages that arrive within ``window_s`` of each other:
-Meta posts webhooks concurrently, retries each on its own, and two of one chat can come the wrong way
-round. A message waits until the oldest one waiting in its chat has waited ``window_s``, and then the
-chat's earliest by timestamp goes first; a message that comes later than that is stored when it comes
-(its successors are stored already, and their webhooks answered).
+Without a window (Telegram, Slack, WhatsApp linked) the order is the order of arrival: those platforms
+deliver a chat's events in order. With one (``Window``: WhatsApp Cloud) it is the order of the
+platform's timestamps, ties by arrival: Meta posts webhooks concurrently, retries each on its own, and
+two messages of one chat can come the wrong way round.
+
+A message that may have come ahead of an earlier one waits for it, but never long:
+- until the end of its timestamp's second (timestamps are whole seconds) plus ``skew_s``, on this host's
+  clock: a predecessor was sent before it, so it has come by then unless the platform holds it back
+  longer (a retry), and then it is stored when it comes;
+- while the platform posts concurrently (two events of the instance were in the line at once within
+  CONCURRENT_S), which is how two come the wrong way round, also ``skew_s`` after its own arrival,
+  however old its timestamp (a backlog delivered late is still delivered out of order);
+- never longer than ``max_hold_s`` after it arrived (a clock behind the platform's), and not at all when
+  its timestamp is no later than the last one let go in its chat (an earlier one could no longer go
+  before that one; one of the same second goes after it by arrival anyway).
+So a fresh message waits about a second and a late one, posted one at a time, not at all: that matters
+because the webhook's 200 waits for the store (nothing is acknowledged before it is durable), and a
+sender that posts one at a time waits for each. When the oldest waiting message of a chat is due, the
+chat's earliest by timestamp goes first.
 
 Why here, before the writer, and not in the writer's claim: the order a chat's messages are stored in
-is the order of their turns everywhere downstream (the conversation the model reads, recall, the
-replies), so putting them right before they are stored makes all of it agree; a claim ordered by
-timestamp would reorder only the turns still waiting, and leave the history in arrival order. The
-webhook's 200 waits for the store anyway (nothing is acknowledged before it is durable), so the window
-costs one short wait per message and nothing else: WhatsApp's timestamps are whole seconds, and a
-window of about a second covers what concurrent posts reorder.
+is the order of their turns everywhere downstream (the history the model reads, recall, folding, the
+replies); a claim ordered by timestamp would reorder only the turns still pending and leave a history
+in which a later message comes before an earlier one.
 """
 
 from __future__ import annotations
@@ -24,36 +33,52 @@ import contextlib
 import heapq
 import itertools
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+LAST_KEPT = 10_000  # chats whose last timestamp is remembered
+CONCURRENT_S = 10.0  # a platform seen posting two events at once this recently is taken to post concurrently
+
+
+class Window(NamedTuple):
+    skew_s: float      # how much later than its successor a predecessor may come
+    max_hold_s: float  # the longest a message waits after it arrived
 
 
 @dataclass(order=True)
 class _Waiting:
-    key: tuple[float, int]
-    arrived: float = field(compare=False)
+    key: tuple[float, int]  # (timestamp, arrival)
+    due: float = field(compare=False)
 
 
 @dataclass
 class _Chat:
     cond: asyncio.Condition = field(default_factory=asyncio.Condition)
-    waiting: list[_Waiting] = field(default_factory=list)  # a heap by (timestamp, arrival)
+    waiting: list[_Waiting] = field(default_factory=list)  # a heap by key
     running: bool = False
-    users: int = 0  # messages in the line or running: the chat's state is dropped when none is
+    users: int = 0  # messages waiting or running: the chat's state is dropped when there are none
 
 
 class ChatOrder:
-    def __init__(self, window_s: float = 0.0, clock=time.monotonic) -> None:
-        self.window_s = window_s
-        self.clock = clock
+    def __init__(self, window: Window | None = None, clock=time.time) -> None:
+        self.window = window
+        self.clock = clock  # the wall clock: timestamps are the platform's
         self._chats: dict[str, _Chat] = {}
+        self._last: OrderedDict[str, float] = OrderedDict()  # chat -> timestamp of the last message let go
         self._seq = itertools.count()
+        self._inside = 0  # messages waiting or running, in all chats
+        self._overlapped = -CONCURRENT_S  # when two were last inside at once (monotonic)
 
     @contextlib.asynccontextmanager
     async def turn(self, chat: str, sent_at: float = 0.0):
-        """Hold ``chat``'s turn for one message sent at ``sent_at`` (the platform's timestamp)."""
+        """Hold ``chat``'s turn for one message sent at ``sent_at`` (the platform's timestamp, 0: unknown)."""
         state = self._chats.setdefault(chat, _Chat())
         state.users += 1
-        me = _Waiting((sent_at if self.window_s > 0 else 0.0, next(self._seq)), self.clock())
+        self._inside += 1
+        if self._inside > 1:
+            self._overlapped = time.monotonic()
+        me = self._entry(chat, sent_at, time.monotonic() - self._overlapped < CONCURRENT_S)
         try:
             async with state.cond:
                 heapq.heappush(state.waiting, me)
@@ -71,6 +96,7 @@ class ChatOrder:
                     raise
                 heapq.heappop(state.waiting)
                 state.running = True
+                self._remember(chat, me.key[0])
             try:
                 yield
             finally:
@@ -78,18 +104,36 @@ class ChatOrder:
                     state.running = False
                     state.cond.notify_all()
         finally:
+            self._inside -= 1
             state.users -= 1
             if not state.users and self._chats.get(chat) is state:
                 del self._chats[chat]
 
+    def _entry(self, chat: str, sent_at: float, concurrent: bool) -> _Waiting:
+        now = self.clock()
+        if self.window is None or sent_at <= 0:
+            return _Waiting((0.0 if self.window is None else sent_at, next(self._seq)), now)
+        if sent_at <= self._last.get(chat, 0.0):
+            due = now
+        else:
+            skew = self.window.skew_s
+            due = min(max(sent_at + 1 + skew, now + skew if concurrent else now), now + self.window.max_hold_s)
+        return _Waiting((sent_at, next(self._seq)), due)
+
+    def _remember(self, chat: str, sent_at: float) -> None:
+        if self.window is None or sent_at <= 0:
+            return
+        self._last[chat] = max(sent_at, self._last.get(chat, 0.0))
+        self._last.move_to_end(chat)
+        while len(self._last) > LAST_KEPT:
+            self._last.popitem(last=False)
+
     def _may_go(self, state: _Chat, me: _Waiting) -> bool:
-        return not state.running and state.waiting[0] is me and self._due_in(state, me) == 0
+        return self._due_in(state, me) == 0
 
     def _due_in(self, state: _Chat, me: _Waiting) -> float | None:
-        """Seconds until the head of the line may go (None: ``me`` is not the head, or one is running)."""
+        """Seconds until ``me`` may go (None: it is not the head of the line, or one is running)."""
         if state.running or state.waiting[0] is not me:
             return None
-        if self.window_s <= 0:
-            return 0
-        oldest = min(w.arrived for w in state.waiting)
-        return max(0, oldest + self.window_s - self.clock())
+        soonest = min(w.due for w in state.waiting)
+        return max(0, soonest - self.clock())

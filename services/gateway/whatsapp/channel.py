@@ -19,6 +19,7 @@ from common.secrets import resolve_secret
 from schema import messages as m
 from services.gateway import attachments
 from services.gateway.channel import Channel, FileRef, InboundMessage, Outcome, Progress
+from services.gateway.order import Window
 from services.gateway.webhook import answer_after_ack
 from services.gateway.whatsapp import inbound
 from services.gateway.whatsapp.api import GraphApi, GraphError, NetworkError
@@ -28,10 +29,11 @@ from services.gateway.whatsapp.outbound import Sender
 ACK_WITHIN_S = 15.0        # Meta retries a webhook that is not answered 200 in time
 FETCH_WITHIN_S = 10.0      # a slow media file is described, not waited for (the 200 must come first)
 TYPING_EVERY_S = 20.0      # WhatsApp shows the indicator for 25 s or until the reply
-# Meta posts webhooks concurrently and retries each on its own, so one chat's messages can come the
-# wrong way round: they are stored in the order of their timestamps (whole seconds; ties: arrival)
-# among those arriving within this long of each other (the kit's services/gateway/order.py says why there)
-REORDER_S = 1.0
+# Meta posts webhooks concurrently and retries each on its own, so one chat's messages can come the wrong
+# way round: they are stored in the order of their timestamps (whole seconds; ties: arrival), a message
+# waiting until skew_s past its timestamp's second (at most max_hold_s) for one sent before it (the kit's
+# services/gateway/order.py says how, and why there rather than in the writer's claim)
+REORDER = Window(skew_s=0.5, max_hold_s=2.0)
 
 
 class WhatsAppChannel(Channel):
@@ -46,7 +48,7 @@ class WhatsAppChannel(Channel):
         self.verify_token = ""
         self.typed: dict[str, float] = {}
         self.linked: LinkedTransport | None = None  # mode = "linked"
-        self.reorder_s = REORDER_S if cfg.mode == "cloud" else 0.0  # a linked device's events come in order
+        self.reorder = REORDER if cfg.mode == "cloud" else None  # a linked device's events come in order
         self.tasks: set[asyncio.Task] = set()
 
     @staticmethod
