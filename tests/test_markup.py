@@ -21,7 +21,7 @@ class Renderer(NamedTuple):
     render: Callable[[str], str]
     atoms: Callable[[str, int], list[Atom]]
     measure: Measure
-    visible: Callable[[str], str] = lambda text: text  # the text a reader sees (a tag pair too large to repeat is dropped)
+    visible: Callable[[str], str] = lambda text: text  # what a reader sees (a tag pair too long to repeat goes)
 
 
 RENDERERS = {
@@ -46,7 +46,7 @@ def squash(text: str) -> str:
 
 
 def clusters(text: str) -> list[str]:
-    return [a.raw for a in text_atoms(text, len) if a.raw.strip()]  # a part of only (Unicode) whitespace is left out
+    return [a.raw for a in text_atoms(text, len) if a.raw.strip()]  # a part of only whitespace (\x85 too) goes
 
 
 @pytest.mark.parametrize("name", RENDERERS)
@@ -143,7 +143,8 @@ def test_never_splits_a_surrogate_pair_a_flag_an_accent_or_an_emoji_sequence(nam
     assert ["😀" * 16, "😀" * 16, "😀" * 8] == parts
     for part in parts:
         part.encode("utf-16-le")  # strict: raises on half a pair
-    assert ["👍🏽" * 8] * 5 == cut("👍🏽" * 40, 33)  # 4 UTF-16 units each (Telegram's old splitter cut 👍 from 🏽)
+    assert ["👍🏽" * 8] * 5 == cut("👍🏽" * 40, 33)  # 4 UTF-16 units each
+    assert ["ab" + "👍🏽" * 7] + ["👍🏽" * 8] * 4 + ["👍🏽"] == cut("ab" + "👍🏽" * 40, 33)  # the old Telegram one cut 👍|🏽
     assert ["🇺🇸" * 8, "🇺🇸" * 2] == cut("🇺🇸" * 10, 32)
     assert ["e\u0301" * 16, "e\u0301" * 4] == cut("e\u0301" * 20, 32)
 

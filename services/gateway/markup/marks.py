@@ -1,5 +1,7 @@
-"""Reading marker markup (*bold*, _italic_, ~strike~, `code`, ```blocks```, "> " quotes, as Slack and
-WhatsApp write it) into atoms for the splitter: which markers the app pairs, where code runs."""
+"""Reading marker markup (Slack's and WhatsApp's) into atoms for the splitter: which markers pair, where code runs.
+
+*bold*, _italic_, ~strike~, `code`, ```blocks``` and "> " quotes, as both apps read them.
+"""
 
 from __future__ import annotations
 

@@ -41,5 +41,5 @@ def atoms(text: str) -> list[Atom]:
 
 
 def split_plain(text: str, limit: int = 4096) -> list[str]:
-    """Plain text in parts of at most `limit` UTF-16 units (4,096: Telegram's and WhatsApp's), broken as `split` prefers."""
+    """Plain text in parts of at most `limit` UTF-16 units (4,096: Telegram's and WhatsApp's limit)."""
     return split_text(atoms(text), limit)

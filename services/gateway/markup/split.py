@@ -1,5 +1,4 @@
-"""One splitter for every platform: a rendered message, read into atoms by its renderer, cut into parts
-under the platform's limit.
+"""One splitter for every platform: a rendered message, read into atoms by its renderer, cut to a limit.
 
 An atom is never cut: a character cluster (a letter and its marks, an emoji sequence, a flag), an
 entity, a link token, a tag or marker. A renderer turns its output into atoms (text, space, and

@@ -1,4 +1,4 @@
-"""Slack's renderer: the agent's Markdown as mrkdwn, mrkdwn read into atoms for the splitter, and a plain reading.
+"""Slack's renderer: the agent's Markdown as mrkdwn, read into atoms for the splitter, and read as plain text.
 
 Facts from Slack's "Formatting text for app surfaces" and chat.postMessage:
 

@@ -1,5 +1,4 @@
-"""Telegram's renderer: the agent's Markdown as Telegram HTML, that HTML read into atoms for the splitter,
-and the plain fallback.
+"""Telegram's renderer: the agent's Markdown as Telegram HTML, read into atoms for the splitter, and plain.
 
 Facts from the Bot API "Formatting options" section:
 

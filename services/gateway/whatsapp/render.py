@@ -1,8 +1,8 @@
-"""WhatsApp's renderer: the agent's Markdown in WhatsApp's own markup (*bold*, _italic_, ~strike~,
-```monospace```, `inline code`, "> " quotes, "- " lists), read into atoms for the splitter.
+"""WhatsApp's renderer: the agent's Markdown in WhatsApp's own markup, read into atoms for the splitter.
 
-WhatsApp has no escaping and no link markup: a link is written as "label (url)". A text message
-holds 4,096 characters."""
+*bold*, _italic_, ~strike~, ```monospace```, `inline code`, "> " quotes and "- " lists. WhatsApp has
+no escaping and no link markup: a link is written as "label (url)". A text message holds 4,096
+characters."""
 
 from __future__ import annotations
 
