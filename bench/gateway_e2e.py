@@ -75,6 +75,7 @@ class BenchStack:
     service = ""
     fake_label = "fake platform"
     reaper_name = "gateway bench reaper"
+    pace: dict | None = None  # the fake model's pace ({"tokens", "seconds"}: bench/gateway_stream.py); None: instant
 
     def __init__(self, chats: int, runners: int) -> None:
         self.chats = chats
@@ -122,7 +123,7 @@ class BenchStack:
         reaper = REAPER.replace("turns bench reaper", self.reaper_name)
         self.reaper = subprocess.Popen([sys.executable, "-c", reaper, str(self.home.root)], stdin=subprocess.PIPE,
                                        start_new_session=True)  # not in the terminal's group: Ctrl-C spares it
-        self.model = FakeModelsProcess(self.home.root / "fake-model", lifetime=3600).start()
+        self.model = FakeModelsProcess(self.home.root / "fake-model", lifetime=3600, pace=self.pace).start()
         self.guard(self.model.proc.pid)
         self.fake = self.start_fake(self.home.root)
         self.guard(self.fake.proc.pid)

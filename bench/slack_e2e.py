@@ -2,6 +2,7 @@
 arriving at Slack.
 
     python bench/slack_e2e.py [--seconds 30] [--warmup 5] [--channels 20] [--period 1.2] [--runners 2] [--keep]
+    python bench/slack_e2e.py --stream [--drafts on|off] [--channels 4] [--period 6] ...
     python -m bench.slack_e2e ...
 
 Processes, each its own as in production: the fake Slack (tests/fake_slack.py: the Web API and a Socket Mode
@@ -43,6 +44,18 @@ the machine skews every figure). The last line is one JSON object:
 Targets (the issue): p50 < 50 ms, p99 < 250 ms, no growth of latency (growth < 1.5) or of memory (each process
 within 10 % + 2 MB of its window-start RSS). Every process is stopped on exit, Ctrl-C or SIGTERM; should this
 process die without its cleanup, a reaper process (bench/turns.py's) stops them and removes the home.
+This mode runs with ``streaming = "off"``, as the targets were set before drafts existed.
+
+``--stream``: the model streams 200 tokens over 4 s and the instance has ``streaming = "draft"`` (``--drafts
+off``: the same model with streaming off, the baseline). ``--channels`` conversations (4), DMs and channel
+threads as above, each sending one message every ``--period`` s (6, so an answer is done before the next
+message); a draft is one placeholder message posted where the answer goes, then chat.update. Why fewer
+conversations: chat.update is tier 3, 50 a minute per workspace for every channel together, and each streamed
+answer costs at least one (its placeholder edited into the answer); 4 conversations ask 40 answers a minute,
+which leaves about 10 updates a minute for the drafts in between (the gateway gives the first words, the
+placeholders, precedence). Beyond that budget answers are posted without drafts, never late. Figures
+(bench/gateway_stream.py): message (its envelope sent) -> first visible text (target p50 < 1.5 s), -> the
+final message (target p50 < 5 s), the sends per answer, and each answer in exactly one message.
 """
 
 from __future__ import annotations
@@ -59,7 +72,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
-from bench import gateway_e2e, targets  # noqa: E402
+from bench import gateway_e2e, gateway_stream, targets  # noqa: E402
 from bench.gateway_e2e import (  # noqa: E402
     DRAIN_TIMEOUT_S, BenchStack, Sampler, db_split, headline, judge, percentile, print_resources, progress,
     resources, send_plan, spread,
@@ -77,7 +90,7 @@ def user_of(channel: str) -> str:
     return "U0B" + channel[3:]
 
 
-def config_text(model_url: str, api_base: str, channels: list[str], runners: int) -> str:
+def config_text(model_url: str, api_base: str, channels: list[str], runners: int, streaming: str = "off") -> str:
     return (
         f"[runner]\nprocesses = {runners}\n"
         "[providers.default]\n"
@@ -85,7 +98,7 @@ def config_text(model_url: str, api_base: str, channels: list[str], runners: int
         "context_window = 128000\n"
         f'[[gateways.slack]]\nid = "{INSTANCE}"\nagent = "{AGENT}"\nmode = "socket"\nbot_token = "slack-bot"\n'
         f'app_token = "slack-app"\napi_base = "{api_base}"\n'
-        f"allow = {json.dumps([user_of(c) for c in channels])}\n"
+        f"allow = {json.dumps([user_of(c) for c in channels])}\nstreaming = \"{streaming}\"\n"
     )
 
 
@@ -113,8 +126,10 @@ class Stack(BenchStack):
 
         return FakeSlackProcess(root / "fake-slack", lifetime=3600).start()
 
+    streaming = "off"
+
     def config_text(self, model_url: str) -> str:
-        return config_text(model_url, self.fake.api_base, conversations(self.chats), len(self.names))
+        return config_text(model_url, self.fake.api_base, conversations(self.chats), len(self.names), self.streaming)
 
     def secrets(self) -> dict[str, str]:
         from tests.fake_slack import DEFAULT
@@ -194,6 +209,64 @@ def drive(stack: Stack, args) -> dict:
     return {"records": records, "events": events, "w0": w0, "w1": w1, "start": start, "rss": sampler.rss,
             "idle_rss": idle_rss, "unacked": len(stack.sl.pending()), "expired": len(stack.sl.records("expired")),
             "reactions": len([r for r in stack.sl.records("reactions") if w0 <= r["time"] < w1]), **sent}
+
+
+class _NoRecords:
+    def fetch(self) -> None:
+        pass
+
+
+def drive_stream(stack: Stack, args) -> int:
+    """--stream: the conversations' events on schedule, then the answers read back and judged."""
+    sampler = Sampler(stack, _NoRecords())  # RSS only: the records are read once, at the end
+    channels = conversations(args.channels)
+    events: dict[str, tuple[str, str, str]] = {}  # event_id -> (conversation, text, kind)
+    threads: dict[str, str] = {}
+    start = time.time() + 0.2
+    w0, w1 = start + args.warmup, start + args.warmup + args.seconds
+    plan = sorted((start + k * args.period + i * args.period / len(channels), channel, k)
+                  for i, channel in enumerate(channels)
+                  for k in range(int((args.warmup + args.seconds) / args.period) + 1))
+    plan = [p for p in plan if p[0] < w1]
+
+    def send(channel: str, k: int) -> None:
+        text = message(channel, k)
+        if channel.startswith("D"):
+            env = stack.sl.message(channel, user_of(channel), text, channel_type="im")
+        elif channel not in threads:
+            env = stack.sl.app_mention(channel, user_of(channel), text)
+            threads[channel] = env["payload"]["event"]["ts"]
+        else:
+            env = stack.sl.message(channel, user_of(channel), text, thread_ts=threads[channel],
+                                   channel_type="channel")
+        events[env["payload"]["event_id"]] = (channel, text, "dm" if channel.startswith("D") else "thread")
+
+    send_plan(stack, sampler, plan, send, w0, w1)
+    stack.check_alive()
+    answers = {gateway_stream.answer_of(t) for _, t, _ in events.values()}
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        finals = {r["text"] for kind in ("posted", "updates") for r in stack.sl.records(kind, since=start - 1)}
+        if answers <= finals:
+            break
+        time.sleep(0.5)
+    time.sleep(1.5)  # a late draft or a second answer would show
+    sent_at: dict[str, float] = {}
+    for env in stack.sl.records("envelopes", since=start - 1):
+        if env.get("attempt", 0) == 0 and env.get("event_id"):
+            sent_at.setdefault(env["event_id"], env["time"])
+    asked = [gateway_stream.Asked(channel, text, sent_at.get(event_id, 0.0), kind)
+             for event_id, (channel, text, kind) in events.items()]
+    shown: dict[str, list[gateway_stream.Shown]] = {}
+    for kind, what in (("posted", "post"), ("updates", "edit")):
+        for r in stack.sl.records(kind, since=start - 1):
+            shown.setdefault(r["channel"], []).append(gateway_stream.Shown(r["time"], r["ts"], r["text"] or "", what))
+    figures, met, ok = gateway_stream.report(gateway_stream.measure(asked, shown), w0, w1, args.drafts == "on",
+                                             f"{len(channels)} conversations (DMs and channel threads), one"
+                                             f" message each every {args.period:g} s")
+    if args.keep:
+        print(f"kept: home {stack.home.root}")
+    return targets.last_line({**figures, "channels": args.channels, "seconds": args.seconds}, met, checks_ok=ok)
 
 
 # ---------------------------------------------------------------- report
@@ -312,12 +385,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first")
-    parser.add_argument("--channels", type=int, default=20,
-                        help="conversations, each in a channel of its own: alternately a DM and a channel thread")
-    parser.add_argument("--period", type=float, default=1.2, help="seconds between one channel's messages")
+    parser.add_argument("--channels", type=int,
+                        help="conversations, each in a channel of its own: alternately a DM and a channel thread"
+                             " (20; --stream: 4)")
+    parser.add_argument("--period", type=float, help="seconds between one channel's messages (1.2; --stream: 6)")
+    parser.add_argument("--stream", action="store_true", help="a model streaming 200 tokens over 4 s, drafts shown")
+    parser.add_argument("--drafts", choices=("on", "off"), default="on", help="--stream: streaming draft or off")
     parser.add_argument("--runners", type=int, default=2, help="runner processes (the default config's 2)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (printed)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.channels = args.channels if args.channels is not None else (4 if args.stream else 20)
+    args.period = args.period if args.period is not None else (6.0 if args.stream else 1.2)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,11 +409,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(stack: Stack) -> int:
         progress(f"running: {args.warmup:g}s warm-up, {args.seconds:g}s measured, then the drain")
+        if args.stream:
+            return drive_stream(stack, args)
         run = drive(stack, args)
         progress("reading the results")
         return report(args, stack, run, analyse(stack, run))
 
-    return gateway_e2e.run(args, Stack(args.channels, args.runners), body)
+    stack = Stack(args.channels, args.runners)
+    if args.stream:
+        stack.pace = gateway_stream.PACE
+        stack.streaming = "draft" if args.drafts == "on" else "off"
+    return gateway_e2e.run(args, stack, body)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Telegram end-to-end benchmark: from an update queued at the Bot API to its reply's sendMessage arriving there.
 
     python bench/telegram_e2e.py [--seconds 30] [--warmup 5] [--chats 20] [--period 1.2] [--runners 2] [--keep]
+    python bench/telegram_e2e.py --stream [--drafts on|off] [--chats 10] [--period 6] ...
     python -m bench.telegram_e2e ...
 
 Processes, each its own as in production: the fake Bot API (tests/fake_telegram.py), the instant fake model
@@ -33,6 +34,14 @@ process and of the machine (other load on the machine skews every figure). The l
 Targets (the issue): p50 < 50 ms, p99 < 250 ms, no growth of latency (growth < 1.5) or of memory (each process
 within 10 % + 2 MB of its window-start RSS). Every process is stopped on exit, Ctrl-C or SIGTERM; should this
 process die without its cleanup, a reaper process (bench/turns.py's) stops them and removes the home.
+This mode runs with ``streaming = "off"``, as the targets were set before drafts existed.
+
+``--stream``: the model streams 200 tokens over 4 s and the instance has ``streaming = "draft"`` (``--drafts
+off``: the same model with streaming off, the baseline). ``--chats`` conversations (10), alternately a private
+chat (drafts by sendMessageDraft) and a group (the bot mentioned; one placeholder message edited), each
+sending one message every ``--period`` s (6, so an answer is done before the next message). Figures
+(bench/gateway_stream.py): message -> first visible text (target p50 < 1.5 s), -> the final message (target
+p50 < 5 s: the model's 4 s and 1 s), the sends per answer, and each answer in exactly one message.
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ import os  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
-from bench import gateway_e2e, targets  # noqa: E402
+from bench import gateway_e2e, gateway_stream, targets  # noqa: E402
 from bench.gateway_e2e import (  # noqa: E402, F401  (the names this module had before they were shared)
     DRAIN_TIMEOUT_S, FETCH_EVERY_S, READY_TIMEOUT_S, RSS_EVERY_S, TARGETS, BenchStack, Sampler, percentile,
     headline, judge, print_resources, progress, resources, rss_mb, rss_ok, send_plan, slope_per_min, spread,
@@ -59,16 +68,20 @@ AGENT, INSTANCE = "default", "tg"
 FIRST_USER = 2001
 
 
-def config_text(model_url: str, tg_url: str, chats: int, runners: int) -> str:
-    users = ", ".join(str(FIRST_USER + i) for i in range(chats))
+def config_text(model_url: str, tg_url: str, chats: int, runners: int, streaming: str = "off") -> str:
+    users = ", ".join(str(x) for i in range(chats) for x in (FIRST_USER + i, group_of(FIRST_USER + i)))
     return (
         f"[runner]\nprocesses = {runners}\n"
         "[providers.default]\n"
         f'kind = "openai"\nbase_url = "{model_url}"\napi_key = "openai"\nmodel = "fake-model"\n'
         "context_window = 128000\n"
         f'[[gateways.telegram]]\nid = "{INSTANCE}"\nagent = "{AGENT}"\ntoken = "tg-token"\nmode = "polling"\n'
-        f'api_base = "{tg_url}"\nallow = [{users}]\n'
+        f'api_base = "{tg_url}"\nallow = [{users}]\nstreaming = "{streaming}"\n'
     )
+
+
+def group_of(user: int) -> int:
+    return -1_000_000_000_000 - user  # a supergroup's id (--stream: every other conversation)
 
 
 def message(chat: int, n: int) -> str:
@@ -94,8 +107,10 @@ class Stack(BenchStack):
 
         return FakeTelegramProcess(root / "fake-tg", lifetime=3600).start()
 
+    streaming = "off"
+
     def config_text(self, model_url: str) -> str:
-        return config_text(model_url, self.fake.url, self.chats, len(self.names))
+        return config_text(model_url, self.fake.url, self.chats, len(self.names), self.streaming)
 
     def secrets(self) -> dict[str, str]:
         from tests.fake_telegram import DEFAULT_TOKEN
@@ -161,6 +176,62 @@ def drive(stack: Stack, args) -> dict:
     return {"records": records, "texts": texts, "w0": w0, "w1": w1, "start": start,
             "rss": sampler.rss, "idle_rss": idle_rss, **sent,
             "actions": [a for a in actions if w0 <= a["ts"] < w1]}
+
+
+class _NoRecords:
+    def fetch(self) -> None:
+        pass
+
+
+def drive_stream(stack: Stack, args) -> int:
+    """--stream: the conversations' messages on schedule, then the answers read back and judged."""
+    from tests.fake_telegram import DEFAULT_TOKEN
+
+    bot = f"fake{DEFAULT_TOKEN.split(':')[0]}_bot"
+    sampler = Sampler(stack, _NoRecords())  # RSS only: the records are read once, at the end
+    convs = [(FIRST_USER + i, group_of(FIRST_USER + i) if i % 2 else FIRST_USER + i) for i in range(args.chats)]
+    asked: list[gateway_stream.Asked] = []
+    start = time.time() + 0.2
+    w0, w1 = start + args.warmup, start + args.warmup + args.seconds
+    plan = sorted((start + k * args.period + i * args.period / len(convs), i, k) for i in range(len(convs))
+                  for k in range(int((args.warmup + args.seconds) / args.period) + 1))
+    plan = [p for p in plan if p[0] < w1]
+    texts: dict[int, tuple[int, str, str]] = {}  # update_id -> (chat, text, kind)
+
+    def send(i: int, k: int) -> None:
+        user, chat = convs[i]
+        text = message(user, k)
+        if chat < 0:
+            update = stack.tg.message(f"@{bot} {text}", user=user, chat_id=chat)
+        else:
+            update = stack.tg.message(text, user=user)
+        texts[update["update_id"]] = (chat, text, "group" if chat < 0 else "private")
+
+    send_plan(stack, sampler, plan, send, w0, w1)
+    stack.check_alive()
+    answers = {gateway_stream.answer_of(t) for _, t, _ in texts.values()}
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        finals = {r["text"] for r in stack.tg.sent(since=start - 1)}
+        if answers <= finals:
+            break
+        time.sleep(0.5)
+    time.sleep(1.5)  # a late draft or a second answer would show
+    injected = {r["update_id"]: r["ts"] for r in stack.tg.injected(since=start - 1)}
+    for uid, (chat, text, kind) in texts.items():
+        asked.append(gateway_stream.Asked(str(chat), text, injected.get(uid, 0.0), kind))
+    shown: dict[str, list[gateway_stream.Shown]] = {}
+    for d in stack.tg.drafts():
+        shown.setdefault(str(d["chat_id"]), []).append(gateway_stream.Shown(d["ts"], "", d["text"], "preview"))
+    for r in stack.tg.sent(since=start - 1):
+        shown.setdefault(str(r["chat_id"]), []).append(gateway_stream.Shown(
+            r["ts"], str(r["message_id"]), r["text"] or "", "edit" if r["kind"] == "edit" else "post"))
+    figures, met, ok = gateway_stream.report(gateway_stream.measure(asked, shown), w0, w1, args.drafts == "on",
+                                             f"{len(convs)} conversations (private chats and groups), one message"
+                                             f" each every {args.period:g} s")
+    if args.keep:
+        print(f"kept: home {stack.home.root}")
+    return targets.last_line({**figures, "chats": args.chats, "seconds": args.seconds}, met, checks_ok=ok)
 
 
 def db_split(stack: Stack, since: float) -> dict[str, tuple[float, float, float | None]]:
@@ -262,11 +333,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first")
-    parser.add_argument("--chats", type=int, default=20, help="private chats, each its own sender")
-    parser.add_argument("--period", type=float, default=1.2, help="seconds between one chat's messages")
+    parser.add_argument("--chats", type=int, help="private chats, each its own sender (20; --stream: 10, half groups)")
+    parser.add_argument("--period", type=float, help="seconds between one chat's messages (1.2; --stream: 6)")
+    parser.add_argument("--stream", action="store_true", help="a model streaming 200 tokens over 4 s, drafts shown")
+    parser.add_argument("--drafts", choices=("on", "off"), default="on", help="--stream: streaming draft or off")
     parser.add_argument("--runners", type=int, default=2, help="runner processes (the default config's 2)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home (printed)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.chats = args.chats if args.chats is not None else (10 if args.stream else 20)
+    args.period = args.period if args.period is not None else (6.0 if args.stream else 1.2)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,11 +353,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def body(stack: Stack) -> int:
         progress(f"running: {args.warmup:g}s warm-up, {args.seconds:g}s measured, then the drain")
+        if args.stream:
+            return drive_stream(stack, args)
         run = drive(stack, args)
         progress("reading the results")
         return report(args, stack, run, analyse(stack, run))
 
-    return gateway_e2e.run(args, Stack(args.chats, args.runners), body)
+    stack = Stack(args.chats, args.runners)
+    if args.stream:
+        stack.pace = gateway_stream.PACE
+        stack.streaming = "draft" if args.drafts == "on" else "off"
+    return gateway_e2e.run(args, stack, body)
 
 
 if __name__ == "__main__":

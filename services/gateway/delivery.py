@@ -243,8 +243,9 @@ class Outbound:
         or "placeholder" (a message posted, then edited; the answer's first part replaces it)."""
         return ""
 
-    def draft_room(self, chat: str) -> bool:
-        """Whether a draft may go now without making an answer wait for the platform's pace."""
+    def draft_room(self, chat: str, placeholder: str = "") -> bool:
+        """Whether a draft may go now without making an answer wait for the platform's pace (``placeholder``:
+        the message it would edit, "" when it would post a new one)."""
         return True
 
     async def show_draft(self, chat: str, draft_id: int, text: str, placeholder: str, reply_to: str) -> str:

@@ -144,7 +144,7 @@ class Drafts:
         while not view.taken:
             now = time.monotonic()
             wait = max(view.last_at + EVERY_S - now, view.until - now)
-            if wait <= 0 and not out.draft_room(view.chat):
+            if wait <= 0 and not out.draft_room(view.chat, view.placeholder):
                 wait = NO_ROOM_S
             if wait > 0:
                 view.wake.clear()

@@ -5,6 +5,7 @@ errors are never retried blindly), and drafts: one placeholder message in the th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from schema import messages as m
@@ -22,6 +23,12 @@ TOKEN_ERRORS = frozenset({"invalid_auth", "not_authed", "token_revoked", "token_
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 TOKEN_RETRY_S = 300.0
 COMMENT_MAX = 40_000            # a file's initial_comment: the text when it is one part
+# chat.update is tier 3 (50 a minute per workspace), shared by every channel's drafts and answers, and each
+# placeholder costs its answer one update: a new placeholder goes only while the minute's calls left exceed
+# the placeholders still open by NEW_RESERVE, a draft's update only by UPDATE_RESERVE (first words matter more)
+NEW_RESERVE = 5
+UPDATE_RESERVE = 15
+OPEN_FOR_S = 600.0  # a placeholder no answer took by then (its turn failed) no longer holds an update
 
 
 class Sender(Outbound):
@@ -37,6 +44,7 @@ class Sender(Outbound):
                         "files.completeUploadExternal": Window(100, 60.0),
                         "chat.update": Window(50, 60.0), "chat.delete": Window(50, 60.0)}  # tier 3
         self.on_thread_post = on_thread_post
+        self.open: dict[str, float] = {}  # placeholder ts -> when posted: each holds one update for its answer
 
     async def call(self, method: str, params: dict, **kw) -> dict:
         window = self.methods.get(method)
@@ -72,11 +80,13 @@ class Sender(Outbound):
 
     async def edit_text(self, item: m.OutboxItem, message_id: str, text: str, last: bool) -> str:
         channel, _ = target(item.chat)
+        self.open.pop(message_id, None)
         await self._update(channel, message_id, text, self._buttons(item, text, last))
         return message_id
 
     async def drop_placeholder(self, item: m.OutboxItem, message_id: str) -> None:
         channel, _ = target(item.chat)
+        self.open.pop(message_id, None)
         await self.call("chat.delete", {"channel": channel, "ts": message_id}, timeout=10)
 
     @staticmethod
@@ -88,10 +98,20 @@ class Sender(Outbound):
     def draft_kind(self, chat: str) -> str:
         return "placeholder"
 
-    def draft_room(self, chat: str) -> bool:
-        """A draft goes only when no answer would wait for it (the channel's and chat.update's pace free)."""
+    def draft_room(self, chat: str, placeholder: str = "") -> bool:
+        """A draft goes only when no answer would wait for it: the channel's pace free, and chat.update's
+        workspace budget with room for the answers (more room before a new placeholder, which one must edit)."""
         channel, _ = target(chat)
-        return self.per_channel[channel].delay() == 0 and self.methods["chat.update"].delay() == 0
+        if self.per_channel[channel].delay() > 0:
+            return False
+        update = self.methods["chat.update"]
+        if update.delay() > 0:
+            return False
+        now = time.monotonic()
+        for ts in [ts for ts, at in self.open.items() if now - at > OPEN_FOR_S]:
+            del self.open[ts]
+        left = update.limit - len(update.calls) - len(self.open)
+        return left > (UPDATE_RESERVE if placeholder else NEW_RESERVE)
 
     async def show_draft(self, chat: str, draft_id: int, text: str, placeholder: str, reply_to: str) -> str:
         """The placeholder posted in the conversation's thread, or updated; its ts back."""
@@ -102,6 +122,8 @@ class Sender(Outbound):
         ts = await self._post(channel, thread, text, "")
         if thread:
             self.on_thread_post(chat)
+        if ts:
+            self.open[ts] = time.monotonic()
         return ts
 
     def draft_wait(self, exc: Exception) -> float | None:

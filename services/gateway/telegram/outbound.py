@@ -89,7 +89,7 @@ class Sender(Outbound):
     def draft_kind(self, chat: str) -> str:
         return "placeholder" if self._chat(chat)[0].startswith("-") else "preview"
 
-    def draft_room(self, chat: str) -> bool:
+    def draft_room(self, chat: str, placeholder: str = "") -> bool:
         """A draft goes only when no answer would wait for it: the bot's pace free, a group's with room."""
         chat, _ = self._chat(chat)
         if self.bot.delay() > 0 or self.per_chat[chat].delay() > 0:
