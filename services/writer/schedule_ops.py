@@ -7,7 +7,6 @@ turn, here, inside the transaction: the scheduler only says which run to look at
 
 from __future__ import annotations
 
-import json
 import math
 
 from common import cron
@@ -83,8 +82,7 @@ def fire(conn, op: m.CronFire, now: float, events: list) -> m.Accepted:
     inbound = m.Inbound(
         agent=job.agent, instance=job.deliver_instance, chat=job.deliver_chat, sender=f"cron:{job.name}",
         sender_name=f"cron job {job.name}", text=job.prompt, dedupe_keys=[fire_key(job, op.scheduled_for)],
-        meta=json.dumps({"cron_job": job.name, "scheduled_for": op.scheduled_for}),
-    )
+    )  # the run's job and time are in cron_runs (add_run below), keyed to the turn
     accepted = ops._inbound(conn, inbound, now, events)
     cron_store.add_run(conn, job.id, op.scheduled_for, "fired", accepted.turn_id, started_at)
     return accepted
