@@ -9,7 +9,7 @@ in another process (the gateway under test, `starling whatsapp link`), through f
 ``$STARLING_WHATSAPP_FAKE_DIR/<instance>/``: ``inbox/*.json`` messages and commands (``{"op": "message",
 ...}``, ``{"op": "drop"}``, ``{"op": "logout", "reason": "DEVICE_REMOVED"}``), kept until the gateway
 acked a message (as WhatsApp redelivers); sends appended to ``sent.jsonl``; ``log.jsonl`` records calls.
-Select it with ``STARLING_WHATSAPP_TEST_CLIENT=tests.fake_linked:FakeClient``.
+Passed in by tests: ``make_client=FakeClient``, or the gateway program tests/linked_gateway.py.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ def base_config(model_url: str, runner_lease_s: float = 3) -> str:
 
 class GatewayStack:
     service = ""  # e.g. "gateway.telegram"
+    module = ""   # the gateway's program when not services.<service> (a test entry module passing in fakes)
 
     def __init__(self, root: Path | None = None, extra: str = "", gateway: str = "", runners: int = 1,
                  runner_lease_s: float = 3, **fake) -> None:
@@ -76,7 +77,7 @@ class GatewayStack:
         log_file = self.home.paths.logs_dir / f"{self.service}.log"
         start = log_file.stat().st_size if log_file.exists() else 0  # a restart appends to the same log
         self._gateway_args = args
-        self.gateway = Proc(self.home, self.service, *args)
+        self.gateway = Proc(self.home, self.service, *args, module=self.module)
         if wait_ready:
             wait_until(lambda: '"event":"ready"' in self.gateway.log_text()[start:] or not self.gateway.alive(),
                        timeout=20, what="the gateway to be ready")

@@ -60,13 +60,13 @@ def remove_home(home: Home) -> None:
 class Proc:
     """A service process started as in production (``python -m services.X --home H``), logging to a file."""
 
-    def __init__(self, home: Home, service: str, *args: str) -> None:
+    def __init__(self, home: Home, service: str, *args: str, module: str = "") -> None:
         self.home = home
         self.service = service
         self.log_file = home.paths.logs_dir / f"{service}.log"
         self._log = open(self.log_file, "ab")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", f"services.{service}", "--home", str(home.root), *args],
+            [sys.executable, "-m", module or f"services.{service}", "--home", str(home.root), *args],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 

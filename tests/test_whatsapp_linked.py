@@ -341,3 +341,36 @@ def test_linking_that_never_completes_times_out_and_stores_nothing(tmp_path):
 @pytest.fixture(autouse=True)
 def session_secret_env(monkeypatch):
     monkeypatch.setenv("SESSION_SECRET", "test-secret-for-linked-mode")
+
+
+def test_the_cli_asks_the_gateway_which_pairs_and_sends_the_code_back(tmp_path):
+    from common import whatsapp_requests
+
+    async def go():
+        t, _ = transport(tmp_path)
+        await t.start()
+        runner = asyncio.create_task(t.run())
+        shown: list[str] = []
+        account = await asyncio.to_thread(whatsapp_requests.ask_link, t.gateway.paths, "wa", "", 20.0, shown.append)
+        assert ACCOUNT == account and any("Scan this with WhatsApp" in s for s in shown)
+        await until(lambda: t.link.state is State.LINKED, what="the gateway to run the session it paired")
+        again = asyncio.to_thread(whatsapp_requests.ask_link, t.gateway.paths, "wa", "", 20.0, shown.append)
+        with pytest.raises(linked.StarlingError, match="whatsapp unlink wa"):
+            await again
+        answer = await asyncio.to_thread(whatsapp_requests.ask_unlink, t.gateway.paths, "wa")
+        assert answer.startswith("unlinked: WhatsApp removed this device") and State.UNLINKED is t.link.state
+        runner.cancel()
+        await t.close()
+    run(go())
+
+
+def test_with_no_gateway_to_ask_the_cli_says_so_and_withdraws_the_request(tmp_path, monkeypatch):
+    from common import whatsapp_requests
+
+    monkeypatch.setattr(whatsapp_requests, "PICKUP_S", 0.3)
+    paths = SimpleNamespace(whatsapp_dir=tmp_path / "whatsapp")
+    for ask in (lambda: whatsapp_requests.ask_unlink(paths, "wa"),
+                lambda: whatsapp_requests.ask_link(paths, "wa", "", 5.0, print)):
+        with pytest.raises(linked.StarlingError, match="is gateway-whatsapp running"):
+            ask()
+    assert [] == sorted(p.name for p in (tmp_path / "whatsapp" / "wa").iterdir())

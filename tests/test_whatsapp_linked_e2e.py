@@ -1,8 +1,8 @@
 """Linked-device mode end to end with the real processes (writer, runner, gateway, the CLI) and the fake
-client of tests/fake_linked.py in place of neonize (STARLING_WHATSAPP_TEST_CLIENT, tests only): the
-gateway waits unlinked, `starling whatsapp link` pairs, the gateway takes the session, a message is
-answered through the writer and the runner, a stranger gets a pairing code, and `unlink` while the
-gateway runs logs it out. The link state is read where `starling status` reads it (the heartbeats)."""
+client of tests/fake_linked.py passed in place of neonize (tests/linked_gateway.py): the gateway waits
+unlinked, `starling whatsapp link` asks it to pair and shows the QR code it sends back, the gateway takes
+the session, a message is answered through the writer and the runner, a stranger gets a pairing code,
+and `unlink` while the gateway runs logs it out. The link state is read where `starling status` reads it (the heartbeats)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class _NoPlatform:
 
 class LinkedStack(GatewayStack):
     service = "gateway.whatsapp"
+    module = "tests.linked_gateway"
 
     def start_fake(self, root: Path, **kw):
         return _NoPlatform()
@@ -67,7 +68,6 @@ def inbound(fake: Path, name: str, **msg) -> None:
 
 def test_link_answer_and_unlink_through_the_real_processes(tmp_path, monkeypatch):
     fake = tmp_path / "fake-linked"
-    monkeypatch.setenv("STARLING_WHATSAPP_TEST_CLIENT", "tests.fake_linked:FakeClient")
     monkeypatch.setenv(DIR_ENV, str(fake))
     stack = LinkedStack()
     try:
@@ -113,8 +113,8 @@ def test_a_missing_library_is_a_clear_error_in_status(tmp_path, monkeypatch):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text('raise ImportError("No module named \'neonize\'")\n')
     monkeypatch.setenv("PYTHONPATH", f"{shadow.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.delenv("STARLING_WHATSAPP_TEST_CLIENT", raising=False)
     stack = LinkedStack()
+    stack.module = ""  # the production program, with neonize as it finds it
     try:
         stack.start_gateway()
         wait_until(lambda: "error: linked-device mode needs the neonize library" in stack.detail(), timeout=10,

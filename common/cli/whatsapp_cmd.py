@@ -1,12 +1,13 @@
 """`starling whatsapp link|unlink`: link a personal number to a `mode = "linked"` gateway instance by QR
-code or pair code, or unlink it (services/gateway/whatsapp/linking.py does the work)."""
+code or pair code, or unlink it. The running gateway does the work, asked through request files
+(common/whatsapp_requests.py); this shows what it sends back (the QR code or pair code, its answer)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
+from common import whatsapp_requests
 from common.cli.context import Context
 from common.errors import StarlingError
 
@@ -15,7 +16,8 @@ def register(verbs) -> None:
     wa = verbs.add_parser("whatsapp", help="link a personal WhatsApp number (linked-device mode), or unlink it")
     sub = wa.add_subparsers(dest="whatsapp_verb", metavar="VERB")
     sub.required = True
-    link = sub.add_parser("link", help="link the number by a QR code in the terminal, or by a pair code")
+    link = sub.add_parser("link", help="link the number by a QR code in the terminal, or by a pair code"
+                          " (the gateway must be running: `starling up`)")
     link.add_argument("instance", nargs="?", help="the [[gateways.whatsapp]] id (default: the only linked one)")
     link.add_argument("--pair-code", metavar="PHONE", default="",
                       help="show a pair code for this number (international format) instead of a QR code")
@@ -48,24 +50,19 @@ def _show(text: str) -> None:
 
 
 def cmd_link(args: argparse.Namespace) -> int:
-    from services.gateway.whatsapp import linking
-
     ctx = Context.from_args(args)
     instance = _instance(ctx, args.instance)
     phone = "".join(ch for ch in args.pair_code if ch.isdigit())
     if args.pair_code and len(phone) < 7:
         print(f"error: --pair-code {args.pair_code!r}: expected a phone number in international format", file=sys.stderr)
         return 2
-    record = asyncio.run(linking.link(ctx.paths, instance, phone, show=_show, timeout_s=args.timeout))
-    print(f"Linked {instance} as +{record.account}. The gateway connects within seconds"
-          " (`starling status` shows it); if Starling is not running, at `starling up`.")
+    account = whatsapp_requests.ask_link(ctx.paths, instance, phone, args.timeout, _show)
+    print(f"Linked {instance} as +{account}. The gateway connects within seconds (`starling status` shows it).")
     return 0
 
 
 def cmd_unlink(args: argparse.Namespace) -> int:
-    from services.gateway.whatsapp import linking
-
     ctx = Context.from_args(args)
     instance = _instance(ctx, args.instance)
-    print(asyncio.run(linking.unlink(ctx.paths, instance, show=_show)))
+    print(whatsapp_requests.ask_unlink(ctx.paths, instance))
     return 0

@@ -39,8 +39,9 @@ REORDER = Window(skew_s=0.5, max_hold_s=2.0)
 class WhatsAppChannel(Channel):
     platform = "whatsapp"
 
-    def __init__(self, gateway, cfg) -> None:
+    def __init__(self, gateway, cfg, make_client=None) -> None:
         super().__init__(gateway, cfg)
+        self.make_client = make_client  # linked mode's client: neonize unless a test passes its own
         self.session: aiohttp.ClientSession | None = None
         self.api: GraphApi | None = None
         self.sender: Sender | None = None
@@ -68,7 +69,7 @@ class WhatsAppChannel(Channel):
 
     async def start(self) -> None:
         if self.cfg.mode == "linked":
-            self.linked = self.linked or LinkedTransport(self)
+            self.linked = self.linked or LinkedTransport(self, make_client=self.make_client)
             return await self.linked.start()
         paths, key = self.gateway.paths, f"gateways.whatsapp[{self.id}]"
         token = resolve_secret(self.cfg.access_token, paths.secrets_file, key=f"{key}.access_token")

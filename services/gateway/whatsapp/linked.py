@@ -4,15 +4,14 @@ mapping of its messages and send errors onto the gateway's (InboundMessage, Sent
 
 A client reports what happens through ``Events``; the gateway's `LinkedTransport` (linked_transport.py)
 implements them and drives the client; `starling whatsapp link` drives pairing through the same calls.
-The real client is neonize (neonize_client.py); tests use a fake behind the same interface.
+The real client is neonize (neonize_client.py); tests pass a fake behind the same interface in
+(``make_client``: tests/linked_gateway.py starts the gateway with it), production code loads none by name.
 """
 
 from __future__ import annotations
 
 import enum
-import importlib
 import json
-import os
 import random
 import time
 from abc import ABC, abstractmethod
@@ -25,7 +24,6 @@ from services.gateway.channel import Failed, InboundMessage, Outcome, Retry, Ski
 from services.gateway.delivery import backoff as outbox_backoff
 from services.gateway.whatsapp.session_vault import SessionVault
 
-TEST_CLIENT_ENV = "STARLING_WHATSAPP_TEST_CLIENT"  # tests only: "module:callable" replaces neonize
 LINK_KEY = "link"  # the store's record of the link: {account, linked_at, session, logged_out}
 INSTALL_HINT = "pip install -e '.[whatsapp-linked]'"
 
@@ -148,15 +146,8 @@ MakeClient = Callable[[str, SessionVault, Events, object], LinkedClient]
 
 
 def client_factory() -> MakeClient:
-    """The class that makes linked clients: neonize's adapter, or (tests only) ``$STARLING_WHATSAPP_TEST_CLIENT``
-    ("module:callable"). Raises StarlingError with what to install when neonize is missing."""
-    spec = os.environ.get(TEST_CLIENT_ENV, "")
-    if spec:
-        module, _, name = spec.partition(":")
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            raise StarlingError(f"{TEST_CLIENT_ENV}={spec!r}: cannot load it ({exc})") from None
+    """The class that makes linked clients in production: neonize's adapter. Raises StarlingError with what
+    to install when neonize is missing."""
     from services.gateway.whatsapp.neonize_client import NeonizeClient, require_neonize
 
     require_neonize()

@@ -2,25 +2,27 @@
 while it runs it, connects and reconnects by the policy, submits what arrives, sends the outbox, and
 keeps `starling status` told where the link stands (the channel's status is the heartbeat detail).
 
-The session lock is held only while a session is in use, so `starling whatsapp link` can pair while the
-gateway waits (it picks the new session up within a second), and `starling whatsapp unlink` asks a
-running gateway to log out through a request file beside the session.
+The session lock is held only while a session is in use. `starling whatsapp link` and `unlink` ask
+through request files beside the session (common/whatsapp_requests.py): while no session runs, the
+gateway pairs (linking.py) and then runs the new session, or unlinks; while one runs, an unlink logs it
+out and a link is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import NamedTuple
 
+from common import whatsapp_requests
 from common.errors import StarlingError
+from common.whatsapp_requests import LINK_REQUEST, UNLINK_REQUEST
 from schema import messages as m
 from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
 from services.gateway.delivery import backoff as outbox_backoff
 from services.gateway.limits import InOrder, Window, Windows
-from services.gateway.whatsapp import linked
+from services.gateway.whatsapp import linked, linking
 from services.gateway.whatsapp.linked import Backoff, ConnectError, Link, LinkRecord, LogoutReason, SendError, State
 from services.gateway.whatsapp.outbound import message_parts
 from services.gateway.whatsapp.session_vault import SessionBusy, SessionError, SessionVault
@@ -29,8 +31,6 @@ POLL_S = 1.0              # a new link, an unlink request: looked for this often
 CONNECT_TIMEOUT_S = 60.0  # a connection attempt without connected/disconnected/logged_out counts as failed
 LOGOUT_TIMEOUT_S = 15.0
 TYPING_EVERY_S = 10.0     # WhatsApp shows "typing…" for about 25 s unless renewed
-UNLINK_REQUEST = "unlink.request"
-UNLINK_RESULT = "unlink.result"
 KEEP_SENDERS = 2000
 
 
@@ -69,9 +69,6 @@ class LinkedTransport:
         """Check what can be checked before connecting: the library, the session's key and files."""
         if self.make_client is None:
             self.make_client = linked.client_factory()
-            if os.environ.get(linked.TEST_CLIENT_ENV):
-                self.log.warning("test_client", note=f"{linked.TEST_CLIENT_ENV} is set: a test client replaces"
-                                 " neonize; never set it in production")
         if self.store is None:
             self.store = SessionVault.open(self.gateway.paths, self.id)
         record = LinkRecord.read(self.store)  # SessionError (wrong key, altered): the gateway says so and retries
@@ -91,6 +88,7 @@ class LinkedTransport:
         self.running = True
         self._changed(self.link)
         while True:
+            await self._answer_requests()
             try:
                 record = LinkRecord.read(self.store)
             except SessionError as exc:
@@ -120,6 +118,27 @@ class LinkedTransport:
                 self.link.account = ""
                 self.link.to(State.UNLINKED, "the session was removed")
             await asyncio.sleep(POLL_S)
+
+    async def _answer_requests(self) -> None:
+        """`starling whatsapp link|unlink`, while no session runs here."""
+        paths, folder = self.gateway.paths, self.store.folder
+        request = whatsapp_requests.take(folder / LINK_REQUEST)
+        if request is not None:
+            self.log.info("whatsapp_linking", by="pair code" if request.get("phone") else "QR code")
+            if State.LINKING in linked.ALLOWED[self.link.state]:
+                self.link.to(State.LINKING)
+            account = await linking.answer_link(paths, self.id, request, self.make_client)
+            if account:
+                self.link.account = account
+                self.log.info("whatsapp_paired", account=account)
+            elif self.link.state is State.LINKING:
+                self.link.to(State.UNLINKED, "linking did not complete")
+        if whatsapp_requests.take(folder / UNLINK_REQUEST) is not None:
+            result = await linking.answer_unlink(paths, self.id, self.make_client)
+            self.log.info("whatsapp_unlinked", result=result)
+            self.link.account = ""
+            if self.link.state is not State.UNLINKED:
+                self.link.to(State.UNLINKED, "unlinked by the operator")
 
     async def close(self) -> None:
         for task in list(self.tasks):
@@ -215,13 +234,14 @@ class LinkedTransport:
         self.link.account = ""
         self.link.to(State.UNLINKED, "unlinked by the operator")
         self.log.info("whatsapp_unlinked", result=result)
-        folder = self.store.folder
-        (folder / UNLINK_RESULT).write_text(result)
-        (folder / UNLINK_REQUEST).unlink(missing_ok=True)
+        whatsapp_requests.answer_unlink(self.store.folder, result)
 
     async def _watch_requests(self) -> None:
-        request = self.store.folder / UNLINK_REQUEST
-        while not request.exists():
+        """While the session runs: an unlink logs it out, a link is refused."""
+        folder = self.store.folder
+        while whatsapp_requests.take(folder / UNLINK_REQUEST) is None:
+            if whatsapp_requests.take(folder / LINK_REQUEST) is not None:
+                linking.refuse_link(self.gateway.paths, self.id, self.link.account)
             await asyncio.sleep(POLL_S / 4)
         await self.events.put(Ev("unlink"))
 

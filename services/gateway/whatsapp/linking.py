@@ -1,12 +1,13 @@
-"""Linking and unlinking a number, as `starling whatsapp link|unlink` do it, through the same client
-interface the gateway uses.
+"""Linking and unlinking a number, inside the gateway, through the client interface it runs: what
+`starling whatsapp link|unlink` ask of it by request file (common/whatsapp_requests.py; the CLI speaks
+no WhatsApp and imports no gateway code).
 
 - link: takes the session (the gateway does not hold it while unlinked), pairs by QR code or pair code,
   waits until the phone confirmed and the first connection stands, saves, and writes the link record
-  last; the gateway notices the record within a second and connects.
-- unlink: when the gateway holds the session, asks it through a request file (it logs out, deletes the
-  session and answers); otherwise connects, logs out and deletes the session itself. Deleting is the
-  way out of a session that is refused (wrong key, altered files), so it works without decrypting.
+  last; the gateway then connects with it. What the person must see goes back to the CLI as it comes.
+- unlink: when the gateway holds the session, it logs out itself (linked_transport.py); otherwise this
+  connects, logs out and deletes the session. Deleting is the way out of a session that is refused
+  (wrong key, altered files), so it works without decrypting.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import secrets
 import time
 from typing import Callable
 
-from common import whatsapp_qr
+from common import whatsapp_qr, whatsapp_requests
 from common.errors import StarlingError
 from common.home import Paths
 from services.gateway.whatsapp import linked
 from services.gateway.whatsapp.linked import LinkedMessage, LinkRecord, LogoutReason
-from services.gateway.whatsapp.linked_transport import UNLINK_REQUEST, UNLINK_RESULT
 from services.gateway.whatsapp.session_vault import SessionBusy, SessionError, SessionVault
 
 Show = Callable[[str], None]
@@ -122,12 +122,15 @@ async def link(paths: Paths, instance: str, phone: str = "", *, show: Show = pri
 
 
 async def unlink(paths: Paths, instance: str, *, show: Show = print, timeout_s: float = 30.0,
-                 make_client: linked.MakeClient | None = None) -> str:
+                 make_client: linked.MakeClient | None = None, ask: bool = True) -> str:
+    """Unlink here, or (``ask``) through the request file when a running gateway holds the session."""
     store = SessionVault.open(paths, instance)
     try:
         store.lock()
-    except SessionBusy:
-        return await _ask_gateway(store, timeout_s)
+    except SessionBusy as exc:
+        if not ask:
+            return f"not unlinked: {exc}; try again in a moment"
+        return await asyncio.to_thread(whatsapp_requests.ask_unlink, paths, instance, timeout_s)
     try:
         try:
             record = LinkRecord.read(store)
@@ -163,21 +166,40 @@ async def _logout(store: SessionVault, instance: str, make: linked.MakeClient, s
         await client.close()
 
 
-async def _ask_gateway(store: SessionVault, timeout_s: float) -> str:
-    request, answer = store.folder / UNLINK_REQUEST, store.folder / UNLINK_RESULT
-    answer.unlink(missing_ok=True)
-    request.write_text(str(time.time()))
-    deadline = time.monotonic() + timeout_s
-    while request.exists():
-        if time.monotonic() > deadline:
-            request.unlink(missing_ok=True)
-            raise StarlingError(f"the gateway holds the session but did not act on the request in {timeout_s:.0f}s;"
-                                " is it stuck? (`starling logs gateway-whatsapp`)")
-        await asyncio.sleep(0.1)
+# ---------------------------------------------------------------- requests from the CLI
+
+
+async def answer_link(paths: Paths, instance: str, request: dict, make_client: linked.MakeClient) -> str:
+    """A `starling whatsapp link` request the gateway took while it holds no session: pair, telling the CLI
+    each step (the QR code drawn here: segno comes with neonize). The linked account, or "" when it failed."""
+    progress = whatsapp_requests.LinkProgress(whatsapp_requests.folder(paths, instance))
+    phone = "".join(ch for ch in str(request.get("phone", "")) if ch.isdigit())
     try:
-        return answer.read_text()
-    finally:
-        answer.unlink(missing_ok=True)
+        timeout_s = min(max(float(request.get("timeout_s", 180.0)), 1.0), 3600.0)
+    except (TypeError, ValueError):
+        timeout_s = 180.0
+    try:
+        record = await link(paths, instance, phone, show=progress.say, timeout_s=timeout_s, make_client=make_client)
+    except StarlingError as exc:
+        progress.failed(str(exc))
+        return ""
+    progress.linked(record.account)
+    return record.account
+
+
+def refuse_link(paths: Paths, instance: str, account: str) -> None:
+    """A link request while the gateway runs a linked session."""
+    whatsapp_requests.LinkProgress(whatsapp_requests.folder(paths, instance)).failed(
+        f"{instance} is linked already" + (f" (as +{account})" if account else "")
+        + f"; `starling whatsapp unlink {instance}` first")
+
+
+async def answer_unlink(paths: Paths, instance: str, make_client: linked.MakeClient) -> str:
+    """A `starling whatsapp unlink` request the gateway took while it holds no session."""
+    shown: list[str] = []
+    result = await unlink(paths, instance, show=shown.append, make_client=make_client, ask=False)
+    whatsapp_requests.answer_unlink(whatsapp_requests.folder(paths, instance), "\n".join([*shown, result]))
+    return result
 
 
 class _CliLog:
