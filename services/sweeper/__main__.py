@@ -2,6 +2,10 @@
 
 import sys
 
-from services.sweeper.main import main
+from common import lean
+
+lean.without_openssl()  # it opens no TLS connection
+
+from services.sweeper.main import main  # noqa: E402 - after lean
 
 sys.exit(main())

@@ -2,6 +2,10 @@
 
 import sys
 
-from services.writer.main import main
+from common import lean
+
+lean.without_tls()  # it opens no TLS connection; it keeps OpenSSL's hashes for its frame rate
+
+from services.writer.main import main  # noqa: E402 - after lean
 
 sys.exit(main())
