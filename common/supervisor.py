@@ -118,7 +118,7 @@ class Supervisor:
         env = {**os.environ, **environment(self.paths, cfg)}
         os.umask(0o077)  # supervisord opens its own log before it applies the config's umask
         conf = supervisor_conf.write(self.paths, cfg)
-        command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)]
+        command = [sys.executable, "-m", "common.supervisord_run", "-c", str(conf)]
         if foreground:
             os.execvpe(command[0], [*command, "--nodaemon"], env)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
