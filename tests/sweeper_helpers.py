@@ -12,7 +12,7 @@ import apsw
 
 from common import db
 from common.stores import db_store, schema_store
-from services.sweeper.clock import ENV as CLOCK_ENV
+from tests.clocks import SWEEPER_ENV as CLOCK_ENV
 from tests.procs import Home, Proc, make_home, remove_home, start_writer, wait_until
 
 DAY = 86400.0
@@ -47,7 +47,7 @@ def start_sweeper(home: Home, monkeypatch, clock: float | None = None) -> Proc:
         monkeypatch.setenv(CLOCK_ENV, str(home.root / "clock"))
     else:
         monkeypatch.delenv(CLOCK_ENV, raising=False)
-    return Proc(home, "sweeper")
+    return Proc(home, "sweeper", module="tests.clocked_sweeper")  # the test clock passed in when set
 
 
 def events(proc: Proc, name: str) -> list[dict]:

@@ -1,5 +1,5 @@
 """The scheduler end to end: real writer and scheduler processes on a real SQLite file, a test clock
-(STARLING_TEST_CLOCK) so that hours of schedule pass in seconds, and a fake runner in the test that answers
+passed in (tests/clocked_scheduler.py, the file named by STARLING_TEST_CLOCK) so that hours of schedule pass in seconds, and a fake runner in the test that answers
 (or fails) the turns the fires make."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from common.personas import create_pack
 from common.secrets import set_secret
 from common.stores import cron_store, outbox_store, turn_store
 from schema import messages as m
-from services.scheduler.clock import ENV
+from tests.clocks import SCHEDULER_ENV as ENV
 from tests.fake_models import FakeModelsProcess
 from tests.procs import Proc, make_home, remove_home, start_writer, wait_until
 
@@ -109,7 +109,7 @@ class Stack:
         self.writer = start_writer(self.home)
 
     def start_scheduler(self, name: str = "scheduler") -> Proc:
-        proc = Proc(self.home, "scheduler", "--name", name)
+        proc = Proc(self.home, "scheduler", "--name", name, module="tests.clocked_scheduler")  # its test clock
         self.schedulers.append(proc)
         wait_until(lambda: f'"event":"ready","state":"ready","detail":"","pid":{proc.pid}' in proc.log_text()
                    or not proc.alive(), timeout=20, what=f"{name} ready")

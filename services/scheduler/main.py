@@ -46,7 +46,7 @@ class Scheduler:
         events = bus.EventSubscriber(self.svc.endpoints.events, self.svc.key, [m.TOPIC_CRON])
         events.start()
         if self.clock.is_test:
-            self.log.warning("test_clock", note="STARLING_TEST_CLOCK is set: fire times follow a test clock",
+            self.log.warning("test_clock", note="fire times follow a test clock passed in",
                              **self.clock.describe())
         await self.rt.announce_ready()
         try:
@@ -162,13 +162,14 @@ class Scheduler:
                              hint=f"starling cron enable {run.job}")
 
 
-async def serve(rt: Runtime) -> None:
-    await Scheduler(rt, Clock.from_env()).run()
+async def serve(rt: Runtime, clock: Clock | None = None) -> None:
+    await Scheduler(rt, clock or Clock()).run()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
+    """The scheduler on wall time; a test passes its own ``clock`` (tests/clocked_scheduler.py)."""
     svc = boot("scheduler", argv, description="Starling's cron scheduler")
-    return asyncio.run(Runtime(svc).run(serve, announces_ready=True))
+    return asyncio.run(Runtime(svc).run(lambda rt: serve(rt, clock), announces_ready=True))
 
 
 if __name__ == "__main__":

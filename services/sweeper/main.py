@@ -28,7 +28,6 @@ from common.runtime import Runtime
 from common.service import boot
 from common.stores import beat_store
 from schema import messages as m
-from services.sweeper.clock import ENV as CLOCK_ENV
 from services.sweeper.clock import Clock
 from services.sweeper.memory import Memory
 from services.sweeper.retention import Retention
@@ -38,11 +37,11 @@ MIN_PAUSE_S = 0.05
 
 
 class Sweeper:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, clock: Clock | None = None) -> None:
         self.rt = rt
         self.svc = rt.svc
         self.log = rt.log
-        self.clock = Clock()
+        self.clock = clock or Clock()
         self._reader = None
         self.memory = Memory(self.svc, self.call, self.reader, self.log)
         self.retention = Retention(self.svc, self.call, self.reader, self.log, self.memory)
@@ -61,9 +60,8 @@ class Sweeper:
     async def run(self) -> None:
         self._reader = await asyncio.to_thread(db.wait_for_schema, self.svc.paths.db_file, 60.0,
                                                stop=self.svc.stopping)
-        if self.clock.injected:
-            self.log.warning("test_clock", detail=f"{CLOCK_ENV} is set: the sweeper's time is read from"
-                             f" {self.clock.path} (a test hook)")
+        if self.clock.note:
+            self.log.warning("test_clock", detail=self.clock.note)
         await self.rt.announce_ready()
         interval = self.svc.cfg.health.heartbeat_interval_ms / 1000
         try:
@@ -123,13 +121,14 @@ class Sweeper:
         return report
 
 
-async def serve(rt: Runtime) -> None:
-    await Sweeper(rt).run()
+async def serve(rt: Runtime, clock: Clock | None = None) -> None:
+    await Sweeper(rt, clock).run()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, clock: Clock | None = None) -> int:
+    """The sweeper on wall time; a test passes its own ``clock`` (tests/clocked_sweeper.py)."""
     svc = boot("sweeper", argv, description="Starling's sweeper: retention, session memory, WAL and disk health")
-    return asyncio.run(Runtime(svc).run(serve, announces_ready=True))
+    return asyncio.run(Runtime(svc).run(lambda rt: serve(rt, clock), announces_ready=True))
 
 
 if __name__ == "__main__":
