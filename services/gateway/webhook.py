@@ -13,9 +13,7 @@ shared by every instance configured on it, and the limits that keep a stranger f
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from common.errors import BusTimeout, StarlingError, WriteRejected
 from common.header_deadline import HEADER_TIMEOUT_S, HeaderDeadline
@@ -23,7 +21,11 @@ from common.header_deadline import HEADER_TIMEOUT_S, HeaderDeadline
 MAX_BODY = 4 * 1024 * 1024  # platform events are small; a larger body is refused before it is read
 MAX_UNVERIFIED = 4  # bodies read at once before their signature is checked, per process
 BODY_TIMEOUT_S = 10.0  # a body that has not arrived by then is not a platform's
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
+
+# aiohttp.web is imported where a server starts or answers (~2 MB of RSS): a gateway that only polls never loads it.
+if TYPE_CHECKING:
+    from aiohttp import web
 
 
 def _refusal(cls: type[web.HTTPException], **kw) -> web.HTTPException:
@@ -60,6 +62,10 @@ class WebhookServers:
         return list(self._routes)
 
     async def start(self) -> None:
+        if not self._routes:
+            return
+        from aiohttp import web
+
         loop = asyncio.get_running_loop()
         for listen, routes in self._routes.items():
             app = web.Application(client_max_size=MAX_BODY)
@@ -95,6 +101,8 @@ class WebhookServers:
         """The request's body, within the limits above. ``verified``: the request already proved it is
         the platform's (Telegram's secret header), so it does not take an unverified slot. Raises the
         HTTP error to answer (413, 503, 408), which aiohttp sends as the response."""
+        from aiohttp import web
+
         declared = request.content_length
         if declared is not None and declared > MAX_BODY:
             self._refuse("too_large", size=declared, peer=request.remote)
@@ -125,6 +133,8 @@ async def answer_after_ack(work: Awaitable, within_s: float, log) -> web.Respons
     """The answer to a platform's webhook request: 200 once ``work`` (handing its messages to the writer)
     is done; 503 when the writer has not acked within ``within_s`` (the platform retries, and the writer
     dedupes what did land); 500 with a log line, not a traceback, on a bug."""
+    from aiohttp import web
+
     try:
         await asyncio.wait_for(work, within_s)
     except (BusTimeout, WriteRejected, asyncio.TimeoutError) as exc:

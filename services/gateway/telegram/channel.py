@@ -16,7 +16,6 @@ from collections import defaultdict
 from urllib.parse import urlsplit
 
 import aiohttp
-from aiohttp import web
 
 from common import chat_commands, holding
 from common.errors import StarlingError
@@ -231,6 +230,8 @@ class TelegramChannel(Channel):
         return FETCH_WEBHOOK_S if self.cfg.mode == "webhook" else 120.0
 
     async def on_webhook(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # here, not at the top: a polling gateway never loads aiohttp.web (~2 MB)
+
         """A POST from Telegram: the secret header checked in constant time; 200 only once the writer acked."""
         given = request.headers.get(SECRET_HEADER, "")
         if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
