@@ -1,5 +1,5 @@
-"""The code `starling whatsapp link` is showing right now, for the dashboard: written to
-data/run/whatsapp-link-<instance>.json (0600) while linking runs and removed when it ends, so the control
+"""The code `starling whatsapp link` is showing right now, for the dashboard: written by the gateway, which
+does the linking, to data/run/whatsapp-link-<instance>.json (0600) while linking runs and removed when it ends, so the control
 service shows the same QR code (or pair code) in the browser without importing the gateway."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import argparse
 import asyncio
 import dataclasses
 import time
-from common import db, holding
+from common import chat_commands, db, holding
 from common.errors import StarlingError
 from common.held_files import SPOOL_SUFFIX, SpoolEntry
 from common.programs import serving
@@ -231,7 +231,7 @@ class Gateway:
         if not msg.private and not msg.addressed and channel.cfg.groups == "mention":
             log.info("inbound_not_addressed", sender=msg.sender)
             return "not_addressed"
-        if msg.command == "/start":
+        if msg.command == chat_commands.START:
             await self.reply(channel, msg.chat, f"Hi! I'm {channel.agent}. Write to me to talk; /help lists the"
                              " commands.", key=f"{key}:start")
             return "answered"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+from common import chat_commands
 from services.gateway.channel import FileRef, InboundMessage, Parsed, Skip
 
 HANDLED = ("message", "edited_message")
@@ -83,8 +84,8 @@ def _addressing(text: str, entities: list, msg: dict, me: Me, private: bool) -> 
         addressed = True
         rest = words[1] if len(words) > 1 else ""
         text = f"{name} {rest}".strip()
-        if name.lower() == "/start":
-            command = "/start"
+        if name.lower() == chat_commands.START:
+            command = chat_commands.START
     for ent in entities:
         if not isinstance(ent, dict):
             continue
