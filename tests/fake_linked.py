@@ -5,7 +5,7 @@ logouts with a reason, messages in and out. Its keys live in the session store l
 (an identity at pairing, a ratchet counter saved before each message is used).
 
 Driven in process (``FakeClient.last``, ``await client.deliver(msg)``, ``await client.drop()`` ...) or,
-in another process (the gateway under test, `starling whatsapp link`), through files under
+in another process (the gateway under test, tests/linked_gateway.py), through files under
 ``$STARLING_WHATSAPP_FAKE_DIR/<instance>/``: ``inbox/*.json`` messages and commands (``{"op": "message",
 ...}``, ``{"op": "drop"}``, ``{"op": "logout", "reason": "DEVICE_REMOVED"}``), kept until the gateway
 acked a message (as WhatsApp redelivers); sends appended to ``sent.jsonl``; ``log.jsonl`` records calls.
