@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Awaitable, Callable
 
-from common import bus, daemon_log, holding, identity
+from common import bus, daemon_log, holding, identity, lean
 from common.config import Config, load_config
 from common.errors import StarlingError, WriteRejected
 from common.health import STALE_AFTER_BEATS
@@ -137,6 +137,7 @@ class Runtime:
         notify_systemd("READY=1")
         self.log.info("ready", state=state, detail=detail)
         self._ready.set()
+        lean.release_free_heap()
 
     async def run(self, work: Work | None, state: str = "ready", detail: str = "",
                   announces_ready: bool = False) -> int:

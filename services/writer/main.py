@@ -18,7 +18,7 @@ import apsw
 import msgspec
 import zmq
 
-from common import bus, daemon_log, db
+from common import bus, daemon_log, db, lean
 from common.errors import StarlingError
 from common.service import Service, boot, notify_systemd, watchdog_interval_s
 from common.stores import db_store, schema_store
@@ -360,6 +360,7 @@ class Writer:
         self.log.info("ready", db=str(self.svc.paths.db_file), schema_version=self.schema_version,
                       writer=self.svc.endpoints.writer, events=self.svc.endpoints.events, epoch=self.epoch)
         notify_systemd("READY=1")
+        lean.release_free_heap()
         parent = os.getppid() if os.environ.get("SUPERVISOR_ENABLED") else None
         while not self.svc.stopping.is_set():
             if parent is not None and os.getppid() != parent:  # supervisord died: do not live on as an orphan
