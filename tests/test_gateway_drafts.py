@@ -4,7 +4,9 @@ in-process fake Bot API and fake Slack: what a chat sees while an answer is writ
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import aiohttp
@@ -33,17 +35,20 @@ class _Log:
         return lambda *a, **k: None
 
 
-def _gateway(sender, instance: str = "tg") -> SimpleNamespace:
+def _gateway(sender, instance: str = "tg", run_dir: Path | None = None) -> SimpleNamespace:
     """What Drafts reads of a Gateway: its log, channels (each keeps its Outbound as ``sender``), the config's
-    streams() and the typing sign's current message."""
+    streams(), the typing sign's current message, and where its placeholders file goes."""
     return SimpleNamespace(log=_Log(), channels={instance: SimpleNamespace(sender=sender)},
-                           svc=SimpleNamespace(cfg=SimpleNamespace(gateways=SimpleNamespace(streams=lambda i: True))),
+                           svc=SimpleNamespace(name="gateway-test", cfg=SimpleNamespace(
+                               gateways=SimpleNamespace(streams=lambda i: True))),
+                           paths=SimpleNamespace(run_dir=run_dir or Path(tempfile.mkdtemp(prefix="drafts-"))),
                            typing=SimpleNamespace(replying_to=lambda i, c: ""))
 
 
-def _draft(chat, text: str, turn: int = 7, step: int = 0, seq: int = 1, instance: str = "tg") -> m.AnswerDraft:
+def _draft(chat, text: str, turn: int = 7, step: int = 0, seq: int = 1, instance: str = "tg",
+           done: bool = False) -> m.AnswerDraft:
     return m.AnswerDraft(epoch="e", seq=seq, instance=instance, chat=str(chat), session_id=3, turn_id=turn, step=step,
-                         text=text)
+                         text=text, done=done)
 
 
 def _row(chat, body: str, turn: int = 7, instance: str = "tg", **kw) -> m.OutboxItem:
@@ -203,6 +208,41 @@ def test_a_placeholder_deleted_meanwhile_means_the_answer_is_sent_anew():
     assert [("text", "a draft"), ("text", "the answer")] == [(s["kind"], s["text"]) for s in sent]
     assert [int(placeholder)] == [d["message_id"] for d in deleted]  # the stale placeholder goes
     assert outcome == Sent(str(sent[1]["message_id"]))
+
+
+def test_a_successor_after_a_crash_edits_its_predecessors_placeholder(tmp_path):
+    async def go():
+        async with FakeTelegram() as tg, aiohttp.ClientSession() as session:
+            sender = TelegramSender(BotApi(tg.url, tg.token, session), _Log())
+            dead = Drafts(_gateway(sender, run_dir=tmp_path))
+            dead.show(_draft(GROUP, "the first words"))
+            await asyncio.sleep(drafts_mod.FIRST_AFTER_S + 0.3)
+            dead.close()  # as if killed: nothing more from it
+            successor = Drafts(_gateway(TelegramSender(BotApi(tg.url, tg.token, session), _Log()), run_dir=tmp_path))
+            successor.show(_draft(GROUP, "the first words and more", seq=2))
+            await asyncio.sleep(1.2)
+            row = _row(GROUP, "the first words and more, all of them")
+            outcome = await send_row(successor.gateway.channels["tg"].sender, row, _nothing, await successor.take(row))
+            again = Drafts(_gateway(sender, run_dir=tmp_path))  # the file no longer names a taken placeholder
+            return tg.sent(chat_id=GROUP), outcome, again.views
+
+    sent, outcome, left = asyncio.run(go())
+    assert 1 == [s["kind"] for s in sent].count("text") and 1 == len({s["message_id"] for s in sent})
+    assert "the first words and more, all of them" == sent[-1]["text"] and outcome == Sent(str(sent[0]["message_id"]))
+    assert {} == left
+
+
+def test_a_done_draft_posts_no_placeholder_the_answer_is_on_its_way():
+    async def go():
+        async with FakeTelegram() as tg, aiohttp.ClientSession() as session:
+            sender = TelegramSender(BotApi(tg.url, tg.token, session), _Log())
+            drafts = Drafts(_gateway(sender))
+            drafts.show(_draft(GROUP, "the whole answer", done=True))
+            drafts.show(_draft(USER, "the whole answer", done=True))
+            await asyncio.sleep(drafts_mod.FIRST_AFTER_S + 0.5)
+            return tg.sent(), tg.drafts()
+
+    assert ([], []) == asyncio.run(go())
 
 
 def test_slack_posts_one_placeholder_in_the_thread_updates_it_and_the_answer_replaces_it():

@@ -92,6 +92,8 @@ def test_a_gateway_killed_mid_stream_still_delivers_the_answer_exactly_once(tg):
     tg.tg.message(f"@{BOT} survive a crash", user={"id": 44, "is_bot": False, "first_name": "B"}, chat_id=GROUP)
     wait_until(lambda: any(s["text"].startswith("echo: survive") for s in tg.tg.sent(chat_id=GROUP)), 15,
                what="the placeholder of the streamed answer")
+    kept = tg.home.paths.run_dir / "gateway-telegram.placeholders"
+    wait_until(lambda: kept.exists() and str(GROUP) in kept.read_text(), 5, what="the placeholder noted for a successor")
     tg.kill_gateway()
 
     def answered():
@@ -101,13 +103,13 @@ def test_a_gateway_killed_mid_stream_still_delivers_the_answer_exactly_once(tg):
     [row] = answered()
     time.sleep(1.5)
     mine = [s for s in tg.tg.sent(chat_id=GROUP) if s["text"].startswith("echo: survive")]
-    now = final_texts(mine)
     answer = answer_of("survive a crash")
-    assert "sent" == row.state and 1 == list(now.values()).count(answer), now  # once, whatever else shows
-    # what the dead gateway had posted stays as it was left (its placeholder is known to no one): a part of the answer
-    assert all(answer.startswith(text) for text in now.values())
+    # the successor took the placeholder over from the file: one message, edited into the whole answer
+    assert "sent" == row.state and {mine[0]["message_id"]: answer} == final_texts(mine), mine
+    assert 1 == [s["kind"] for s in mine].count("text")
     retaken = [json.loads(x) for x in tg.gateway.log_text().splitlines() if "outbox_retaken" in x]
     assert [] == retaken  # the row was never in flight at the kill: no counted repeat either
+    assert any("placeholders_taken_over" in x for x in tg.gateway.log_text().splitlines())
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,30 @@ How a platform shows one (``Outbound.draft_kind``): "preview" is an ephemeral pr
 message supersedes (Telegram's sendMessageDraft, private chats only); "placeholder" is one message posted
 on the first draft and edited after (Telegram groups, Slack). A draft is rendered with the platform's
 renderer and split at its limit; the last part shows (the tail), so no draft is ever over the limit.
+
+Why the answer edits the placeholder rather than deleting it and sending anew: one call less per answer on
+the paces that bind (a Telegram group's 20 a minute; Slack's chat.update and chat.delete share tier 3, 50 a
+minute per workspace), the message neither flickers nor jumps, it keeps the quote of the question the
+placeholder was posted with, and an edit repeated after a crash shows nothing twice where a send would. The
+price: a group is notified once, by the placeholder's first words, not by the whole answer.
+
+The placeholders still open are kept in a small file of the process (``data/run/<process>.placeholders``,
+written when one is posted or taken), so a successor under the same name after a kill -9 goes on editing
+the same message and the answer still ends in one message. The file is a hint like the drafts: lost, the
+old placeholder stays as it was (a part of the answer) and the answer comes as a message of its own. A draft
+that says its step is done never posts a new placeholder nor a first preview: the answer is on its way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from common import bus
+from common.home import write_private_file
 from schema import messages as m
 from services.gateway.delivery import OFF_LOOP_CHARS, Outbound, outbound_of
 
@@ -44,6 +58,7 @@ class View:
     session_id: int
     step: int = 0
     text: str = ""          # the latest draft's text (Markdown)
+    done: bool = False      # the latest draft closed its step
     shown: str = ""         # the rendered text last shown
     placeholder: str = ""   # the message a draft posted ("placeholder" platforms)
     reply_to: str = ""      # the message the turn answers (a group's placeholder quotes it, as the answer would)
@@ -67,6 +82,8 @@ class Drafts:
         self.views: dict[tuple[str, str], View] = {}
         self.closed: dict[tuple[str, str], tuple[int, int]] = {}  # (turn, step) an answer took, per chat
         self.shown = self.failed = self.placeholders = 0
+        self.file = gateway.paths.run_dir / f"{gateway.svc.name}.placeholders"
+        self._load()
 
     def instances(self) -> list[str]:
         streams = self.gateway.svc.cfg.gateways.streams
@@ -111,7 +128,7 @@ class Drafts:
                                           reply_to=self.gateway.typing.replying_to(draft.instance, draft.chat))
         if draft.step < view.step:
             return
-        view.step, view.text, view.touched = draft.step, draft.text, time.monotonic()
+        view.step, view.text, view.done, view.touched = draft.step, draft.text, draft.done, time.monotonic()
         if view.broken:
             return
         if view.task is None or view.task.done():
@@ -136,6 +153,8 @@ class Drafts:
                 return ""
             except Exception:  # the updater logs its own failures
                 pass
+        if view.placeholder:
+            await self._save()
         return view.placeholder
 
     async def _update(self, view: View, out: Outbound) -> None:
@@ -154,7 +173,7 @@ class Drafts:
                     pass
                 continue
             text = await self._tail(out, view.text)
-            if not text or text == view.shown:
+            if not text or text == view.shown or (view.done and not view.shown and not view.placeholder):
                 return
             view.last_at = time.monotonic()
             try:
@@ -172,9 +191,11 @@ class Drafts:
                 view.until = time.monotonic() + after
                 log.info("draft_waits", after_s=after)
                 continue
-            if placeholder and not view.placeholder:
-                self.placeholders += 1
+            new = placeholder and not view.placeholder
             view.placeholder = placeholder or view.placeholder
+            if new:
+                self.placeholders += 1
+                await self._save()
             view.shown = text
             self.shown += 1
 
@@ -185,6 +206,36 @@ class Drafts:
             return ""
         parts = await asyncio.to_thread(out.render, text) if len(text) >= OFF_LOOP_CHARS else out.render(text)
         return parts[-1] if parts else ""
+
+    async def _save(self) -> None:
+        """The open placeholders, for a successor after a crash (best effort: a hint, like the drafts)."""
+        rows = [{"instance": v.instance, "chat": v.chat, "turn_id": v.turn_id, "session_id": v.session_id,
+                 "step": v.step, "placeholder": v.placeholder, "at": time.time()}
+                for v in self.views.values() if v.placeholder and not v.taken]
+        try:
+            await asyncio.to_thread(write_private_file, self.file, json.dumps(rows).encode())
+        except OSError as exc:
+            self.log.warning("placeholders_not_saved", error=str(exc))
+
+    def _load(self) -> None:
+        try:
+            rows = json.loads(self.file.read_bytes())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            self.log.warning("placeholders_unreadable", path=str(self.file), error=str(exc))
+            return
+        for row in rows if isinstance(rows, list) else []:
+            try:
+                if time.time() - float(row["at"]) > FORGET_S or row["instance"] not in self.gateway.channels:
+                    continue
+                view = View(str(row["instance"]), str(row["chat"]), int(row["turn_id"]), int(row["session_id"]),
+                            step=int(row["step"]), placeholder=str(row["placeholder"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            self.views[(view.instance, view.chat)] = view
+        if self.views:
+            self.log.info("placeholders_taken_over", count=len(self.views))
 
     def _forget(self) -> None:
         now = time.monotonic()
