@@ -62,12 +62,7 @@ class FileRef:
 @dataclass
 class Parsed:
     msg: InboundMessage
-    files: list[FileRef] = field(default_factory=list)
-
-    @property
-    def date(self) -> float:
-        """When it was sent (the attachments folder's date)."""
-        return self.msg.sent_at
+    files: list[FileRef] = field(default_factory=list)  # fetched by the kit (Channel.download) once allowed
 
 
 class Sent(NamedTuple):
