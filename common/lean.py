@@ -1,4 +1,4 @@
-"""What a service process leaves unloaded at start: OpenSSL where it speaks no TLS (called first in __main__)."""
+"""What a service process leaves unloaded at start (OpenSSL where it speaks no TLS, unused extras), called first in __main__."""
 
 from __future__ import annotations
 
@@ -23,6 +23,27 @@ def without_tls() -> None:
     for a process that signs every bus frame at a high rate (the writer)."""
     sys.modules.setdefault("ssl", None)
     sys.modules.setdefault("_ssl", None)
+
+
+# Optional packages msgspec and structlog import when installed, for features Starling never uses:
+# typing_extensions (msgspec: Starling's types all come from typing), greenlet (structlog's deprecated
+# threadlocal module) and colorama (structlog's console renderer, for Windows). ~0.5 MB of RSS each process.
+UNUSED_EXTRAS = ("typing_extensions", "greenlet", "colorama")
+
+
+def quiet_imports() -> None:
+    """Import msgspec and structlog with UNUSED_EXTRAS hidden; they stay importable afterwards for whoever
+    needs them (aiohttp imports typing_extensions). Call first in __main__ (after without_openssl)."""
+    hidden = [name for name in UNUSED_EXTRAS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
+    try:
+        import msgspec  # noqa: F401
+        import structlog  # noqa: F401
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def release_free_heap() -> None:

@@ -2,6 +2,10 @@
 
 import sys
 
-from services.runner.main import main
+from common import lean
+
+lean.quiet_imports()
+
+from services.runner.main import main  # noqa: E402 - after lean
 
 sys.exit(main())

@@ -5,6 +5,7 @@ import sys
 from common import lean
 
 lean.without_openssl()  # it opens no TLS connection
+lean.quiet_imports()
 
 from services.sweeper.main import main  # noqa: E402 - after lean
 

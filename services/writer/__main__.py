@@ -5,6 +5,7 @@ import sys
 from common import lean
 
 lean.without_tls()  # it opens no TLS connection; it keeps OpenSSL's hashes for its frame rate
+lean.quiet_imports()
 
 from services.writer.main import main  # noqa: E402 - after lean
 

@@ -2,7 +2,11 @@
 
 import sys
 
-from services.gateway.base import main
-from services.gateway.slack.channel import SlackChannel
+from common import lean
+
+lean.quiet_imports()
+
+from services.gateway.base import main  # noqa: E402 - after lean
+from services.gateway.slack.channel import SlackChannel  # noqa: E402
 
 sys.exit(main("slack", SlackChannel))

@@ -2,7 +2,11 @@
 
 import sys
 
-from services.gateway.base import main
-from services.gateway.telegram.channel import TelegramChannel
+from common import lean
+
+lean.quiet_imports()
+
+from services.gateway.base import main  # noqa: E402 - after lean
+from services.gateway.telegram.channel import TelegramChannel  # noqa: E402
 
 sys.exit(main("telegram", TelegramChannel))

@@ -2,7 +2,11 @@
 
 import sys
 
-from services.gateway.base import main
-from services.gateway.whatsapp.channel import WhatsAppChannel
+from common import lean
+
+lean.quiet_imports()
+
+from services.gateway.base import main  # noqa: E402 - after lean
+from services.gateway.whatsapp.channel import WhatsAppChannel  # noqa: E402
 
 sys.exit(main("whatsapp", WhatsAppChannel))
