@@ -4,7 +4,7 @@ import sys
 
 from common import lean
 
-lean.without_openssl()  # it opens no TLS connection
+# not lean.without_openssl(): the MCP SDK it serves /mcp with needs ssl (its initialize fails without)
 lean.quiet_imports()
 
 from services.control.main import main  # noqa: E402 - after lean
