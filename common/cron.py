@@ -21,10 +21,12 @@ import heapq
 import math
 import re
 from datetime import datetime
-from typing import Collection, Iterator
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, Collection, Iterator
 
 from common.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}$")
 MACROS = {
@@ -62,6 +64,8 @@ def check_prompt(prompt: str) -> str:
 
 
 def zone(name: str) -> ZoneInfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # here: the writer checks jobs, only the scheduler fires them
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -157,6 +161,8 @@ def iter_fires(schedule: str, tz_name: str, after: float) -> Iterator[float]:
     """Fire times (epoch seconds) strictly after ``after``, in order, without end.
 
     croniter's CroniterBadDateError ends an expression that stops firing."""
+    from zoneinfo import ZoneInfo
+
     from croniter import croniter
 
     expr = expand(schedule)
@@ -217,6 +223,8 @@ def default_grace(schedule: str, tz_name: str, fire: float) -> float:
 
 def local_iso(stamp: float, tz_name: str) -> str:
     """A time for people, in the job's zone: 2025-03-30T03:00+02:00."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         tz = ZoneInfo(tz_name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
