@@ -53,7 +53,7 @@ def _draft(chat, text: str, turn: int = 7, step: int = 0, seq: int = 1, instance
 
 def _row(chat, body: str, turn: int = 7, instance: str = "tg", **kw) -> m.OutboxItem:
     return m.OutboxItem(id=kw.pop("id", 1), instance=instance, chat=str(chat), kind="text", body=body, file_path="",
-                        reply_to="", attempt=1, session_id=3, turn_id=turn, **kw)
+                        reply_to="", attempt=kw.pop("attempt_", 1), session_id=3, turn_id=turn, **kw)
 
 
 async def _nothing(_n: int, _id: str) -> None:
@@ -230,6 +230,36 @@ def test_a_successor_after_a_crash_edits_its_predecessors_placeholder(tmp_path):
     assert 1 == [s["kind"] for s in sent].count("text") and 1 == len({s["message_id"] for s in sent})
     assert "the first words and more, all of them" == sent[-1]["text"] and outcome == Sent(str(sent[0]["message_id"]))
     assert {} == left
+
+
+def test_an_attempt_that_fails_before_its_edit_gives_the_placeholder_to_the_next():
+    from services.gateway.delivery import Deliverer
+
+    async def go():
+        async with FakeTelegram() as tg, aiohttp.ClientSession() as session:
+            sender = TelegramSender(BotApi(tg.url, tg.token, session), _Log())
+            gateway = _gateway(sender)
+            gateway.drafts = drafts = Drafts(gateway)
+            drafts.show(_draft(GROUP, "a draft"))
+            await asyncio.sleep(drafts_mod.FIRST_AFTER_S + 0.3)
+            deliverer = Deliverer.__new__(Deliverer)  # its _deliver, without a bus: reports recorded here
+            reports = []
+            deliverer.gateway, deliverer.worker, deliverer.lease_s, deliverer.repeats = gateway, "w", 30.0, 0
+            deliverer.in_flight, deliverer.wake, deliverer.log = {}, asyncio.Event(), _Log()
+
+            async def report(op, _log):
+                reports.append(op)
+
+            deliverer._report = report
+            gateway.channels["tg"].log = _Log()
+            tg.script_error("*", "server", times=3)  # the edit, its second try and the fallback send all fail
+            await deliverer._deliver(_row(GROUP, "the answer"))
+            await deliverer._deliver(_row(GROUP, "the answer", attempt_=2))
+            return tg.sent(chat_id=GROUP), reports
+
+    sent, reports = asyncio.run(go())
+    assert ["OutboxFailed", "OutboxSent"] == [type(r).__name__ for r in reports]
+    assert [("text", "a draft"), ("edit", "the answer")] == [(s["kind"], s["text"]) for s in sent]
 
 
 def test_a_done_draft_posts_no_placeholder_the_answer_is_on_its_way():

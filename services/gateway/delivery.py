@@ -106,9 +106,12 @@ class Deliverer:
             log.info("outbox_retaken", repeats=self.repeats)
         renew = asyncio.create_task(self._renew(item.id))
 
+        progressed: list[int] = []
+
         async def progress(parts: int, platform_msg_id: str) -> None:  # recorded before the next part goes
             await self._report(m.OutboxProgress(id=item.id, worker=self.worker, parts_sent=parts,
                                                 platform_msg_id=platform_msg_id), log)
+            progressed.append(parts)
 
         try:
             try:
@@ -117,7 +120,12 @@ class Deliverer:
                     outcome: Outcome = await channel.send(item, progress)
                 else:
                     placeholder = await self.gateway.drafts.take(item)
-                    outcome = await send_row(out, item, progress, placeholder)
+                    try:
+                        outcome = await send_row(out, item, progress, placeholder)
+                    except Exception as exc:  # the network, a timeout, a platform 5xx: try again later
+                        outcome = Retry(backoff(item.attempt), f"{type(exc).__name__}: {exc}")
+                    if placeholder and isinstance(outcome, Retry) and not progressed:
+                        self.gateway.drafts.give_back(item, placeholder)  # the next attempt edits it still
             except asyncio.CancelledError:
                 raise
             except WriteRejected:
@@ -298,7 +306,9 @@ async def send_row(out: Outbound, item: m.OutboxItem, progress: Progress, placeh
         return Sent("")
     message_id = ""
     first = min(item.parts_sent, len(parts))
-    if placeholder and (first > 0 or parts[0].kind != "text"):
+    if first > 0:
+        placeholder = ""  # resumed past the first part, which may be that very message: left alone
+    elif placeholder and parts[0].kind != "text":
         await _drop(out, item, placeholder)
         placeholder = ""
     for index in range(first, len(parts)):

@@ -82,6 +82,7 @@ class Drafts:
         self.views: dict[tuple[str, str], View] = {}
         self.closed: dict[tuple[str, str], tuple[int, int]] = {}  # (turn, step) an answer took, per chat
         self.shown = self.failed = self.placeholders = 0
+        self._saving: set[asyncio.Task] = set()
         self.file = gateway.paths.run_dir / f"{gateway.svc.name}.placeholders"
         self._load()
 
@@ -156,6 +157,16 @@ class Drafts:
         if view.placeholder:
             await self._save()
         return view.placeholder
+
+    def give_back(self, item: m.OutboxItem, placeholder: str) -> None:
+        """The answer's attempt failed before it used its placeholder: the next attempt takes it again."""
+        key = (item.instance, item.chat)
+        if key not in self.views:
+            self.views[key] = View(item.instance, item.chat, item.turn_id, item.session_id,
+                                   step=self.closed.get(key, (0, 0))[1], placeholder=placeholder, taken=False)
+            task = asyncio.get_running_loop().create_task(self._save())
+            self._saving.add(task)
+            task.add_done_callback(self._saving.discard)
 
     async def _update(self, view: View, out: Outbound) -> None:
         """Show the view's latest text, paced, until it shows what the runner sent last (or it is taken)."""
