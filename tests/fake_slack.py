@@ -26,11 +26,11 @@ Slack behaviour (checked against Slack's documentation; the fake's own choices a
     typed objects, over 50 blocks, a section text over 3,000 chars), invalid_blocks_format; chat.update(channel,
     ts, text, blocks): the channel and ts of a message the channel has (message_not_found) that this bot posted
     (cant_update_message), text as chat.postMessage's (msg_too_long, invalid_blocks), neither text nor blocks is
-    no_text; chat.delete(channel, ts) (message_not_found, cant_delete_message; recorded as "deleted"); reactions.add / reactions.remove (channel, name, timestamp:
-    already_reacted, no_reaction, message_not_found, invalid_name); assistant.threads.setStatus(channel_id,
-    thread_ts, status); files.getUploadURLExternal(filename, length) -> {"upload_url", "file_id"}, then a POST
-    of the bytes (raw or multipart) to upload_url ("OK - <n>"), then files.completeUploadExternal(files=[{"id",
-    "title"}], channel_id, thread_ts, initial_comment) -> {"files": [...]} (file_not_found if never uploaded;
+    no_text; chat.delete(channel, ts) (message_not_found, cant_delete_message; recorded as "deleted");
+    reactions.add / reactions.remove (channel, name, timestamp: already_reacted, no_reaction, message_not_found,
+    invalid_name); assistant.threads.setStatus(channel_id, thread_ts, status); files.getUploadURLExternal(filename,
+    length) -> {"upload_url", "file_id"}, then a POST of the bytes (raw or multipart) to upload_url ("OK - <n>"),
+    then files.completeUploadExternal(files=[{"id", "title"}], channel_id, thread_ts, initial_comment) -> {"files": [...]} (file_not_found if never uploaded;
     fake); users.info; conversations.info; conversations.replies(channel, ts).
   - Inbound files: `url_private_download` on the fake needs the bot token as Bearer; without it the answer is a
     302 to an HTML sign-in page (200 text/html), as Slack does.

@@ -300,7 +300,8 @@ def test_fakes_refuse_what_the_platforms_refuse():
         async with FakeTelegram() as tg, FakeSlack() as sl, aiohttp.ClientSession() as session:
             api = BotApi(tg.url, tg.token, session)
             answers = []
-            for params in ({"chat_id": GROUP, "draft_id": 1, "text": "x"}, {"chat_id": USER, "draft_id": 0, "text": "x"},
+            for params in ({"chat_id": GROUP, "draft_id": 1, "text": "x"},
+                           {"chat_id": USER, "draft_id": 0, "text": "x"},
                            {"chat_id": USER, "draft_id": 1, "text": ""},
                            {"chat_id": USER, "draft_id": 1, "text": "x" * (MAX_TEXT + 1)},
                            {"chat_id": USER, "draft_id": 1, "text": "<b>x", "parse_mode": "HTML"}):

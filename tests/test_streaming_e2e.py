@@ -93,7 +93,8 @@ def test_a_gateway_killed_mid_stream_still_delivers_the_answer_exactly_once(tg):
     wait_until(lambda: any(s["text"].startswith("echo: survive") for s in tg.tg.sent(chat_id=GROUP)), 15,
                what="the placeholder of the streamed answer")
     kept = tg.home.paths.run_dir / "gateway-telegram.placeholders"
-    wait_until(lambda: kept.exists() and str(GROUP) in kept.read_text(), 5, what="the placeholder noted for a successor")
+    wait_until(lambda: kept.exists() and str(GROUP) in kept.read_text(), 5,
+               what="the placeholder noted for a successor")
     tg.kill_gateway()
 
     def answered():
