@@ -31,7 +31,8 @@ Slack behaviour (checked against Slack's documentation; the fake's own choices a
     invalid_name); assistant.threads.setStatus(channel_id, thread_ts, status); files.getUploadURLExternal(filename,
     length) -> {"upload_url", "file_id"}, then a POST of the bytes (raw or multipart) to upload_url ("OK - <n>"),
     then files.completeUploadExternal(files=[{"id", "title"}], channel_id, thread_ts, initial_comment) ->
-    {"files": [...]} (file_not_found if never uploaded; fake); users.info; conversations.info; conversations.replies(channel, ts).
+    {"files": [...]} (file_not_found if never uploaded; fake); users.info; conversations.info;
+    conversations.replies(channel, ts).
   - Inbound files: `url_private_download` on the fake needs the bot token as Bearer; without it the answer is a
     302 to an HTML sign-in page (200 text/html), as Slack does.
   - Socket Mode: on connect `hello` {num_connections, debug_info {host, build_number,
