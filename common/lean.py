@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from typing import Iterator
 
 # asyncio, http.client and aiohttp import ssl only if they can; hashlib and hmac fall back to Python's
 # builtin sha256/blake2 without _hashlib. Loading OpenSSL (libcrypto, libssl) costs ~4.5 MB of RSS per
@@ -31,19 +33,27 @@ def without_tls() -> None:
 UNUSED_EXTRAS = ("typing_extensions", "greenlet", "colorama")
 
 
+@contextlib.contextmanager
+def hidden(names: tuple[str, ...]) -> Iterator[None]:
+    """While inside: ``names`` (those not imported yet) are unimportable; importable again after, so what
+    was imported meanwhile did without them and what comes later may load them."""
+    hide = [name for name in names if name not in sys.modules]
+    for name in hide:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in hide:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
 def quiet_imports() -> None:
     """Import msgspec and structlog with UNUSED_EXTRAS hidden; they stay importable afterwards for whoever
     needs them (aiohttp imports typing_extensions). Call first in __main__ (after without_openssl)."""
-    hidden = [name for name in UNUSED_EXTRAS if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None
-    try:
+    with hidden(UNUSED_EXTRAS):
         import msgspec  # noqa: F401
         import structlog  # noqa: F401
-    finally:
-        for name in hidden:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
 
 
 def release_free_heap() -> None:
