@@ -84,6 +84,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import functools
 import base64
 import hashlib
 import hmac
@@ -114,6 +116,7 @@ DEFAULT_PHONE_NUMBER_ID = "106540352242922"
 DEFAULT_DISPLAY_NUMBER = "15550783881"
 DEFAULT_WABA_ID = "102290129340398"
 MAX_RECORDED = 5000
+MAX_CONCURRENCY = 16  # webhook deliveries posted at once
 MAX_MEDIA = 1000
 MAX_URLS = 5000
 MAX_KEYS = 100000
@@ -432,6 +435,9 @@ class FakeWhatsApp:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._stop = threading.Event()
+        # its own threads for the blocking posts, as many as deliveries may run at once (asyncio.to_thread's
+        # default pool has min(32, cores + 4): 6 here, which would queue a 16-wide delivery behind itself)
+        self._posters: concurrent.futures.ThreadPoolExecutor | None = None
 
     # --- lifecycle ---
 
@@ -462,6 +468,7 @@ class FakeWhatsApp:
         ])
         self._runner, self.port = await listen(app, self.host, self.port)
         self._loop = asyncio.get_running_loop()
+        self._posters = concurrent.futures.ThreadPoolExecutor(max_workers=MAX_CONCURRENCY, thread_name_prefix="webhook")
         self._spawn()
         return self
 
@@ -475,6 +482,9 @@ class FakeWhatsApp:
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+        if self._posters is not None:
+            posters, self._posters = self._posters, None
+            posters.shutdown(wait=False, cancel_futures=True)
 
     async def __aenter__(self) -> FakeWhatsApp:
         return await self.start()
@@ -493,8 +503,8 @@ class FakeWhatsApp:
             raise ValueError("window_errors must be 'sync' or 'webhook'")
         if not 1 <= int(kw.get("webhook_attempts", 1)) <= 100:
             raise ValueError("webhook_attempts must be 1..100")
-        if not 1 <= int(kw.get("webhook_concurrency", 1)) <= 16:
-            raise ValueError("webhook_concurrency must be 1..16")
+        if not 1 <= int(kw.get("webhook_concurrency", 1)) <= MAX_CONCURRENCY:
+            raise ValueError(f"webhook_concurrency must be 1..{MAX_CONCURRENCY}")
         if not 0 <= float(kw.get("webhook_jitter", 0)) <= 10:
             raise ValueError("webhook_jitter must be 0..10 s")
         for key, value in kw.items():
@@ -736,10 +746,10 @@ class FakeWhatsApp:
             except RuntimeError:  # the loop is gone
                 pass
 
-        return await asyncio.to_thread(
+        return await loop.run_in_executor(self._posters, functools.partial(
             post_webhook, url, body, secret, wrong_signature=wrong_signature, unsigned=unsigned, duplicate=duplicate,
             attempts=attempts if attempts is not None or wrong_signature or unsigned else self.webhook_attempts,
-            backoff=self.webhook_backoff, on_attempt=record, stop=self._stop)
+            backoff=self.webhook_backoff, on_attempt=record, stop=self._stop))
 
     async def _work(self) -> None:
         while True:

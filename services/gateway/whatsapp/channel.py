@@ -31,9 +31,10 @@ FETCH_WITHIN_S = 10.0      # a slow media file is described, not waited for (the
 TYPING_EVERY_S = 20.0      # WhatsApp shows the indicator for 25 s or until the reply
 # Meta posts webhooks concurrently and retries each on its own, so one chat's messages can come the wrong
 # way round: they are stored in the order of their timestamps (whole seconds; ties: arrival), a message
-# waiting until skew_s past its timestamp's second (at most max_hold_s) for one sent before it (the kit's
+# waiting until skew_s past the start of its timestamp's second (a late one, late_hold_s after it came;
+# at most max_hold_s) for one sent before it (the kit's
 # services/gateway/order.py says how, and why there rather than in the writer's claim)
-REORDER = Window(skew_s=0.5, max_hold_s=2.0)
+REORDER = Window(skew_s=0.15, max_hold_s=2.0, late_hold_s=0.5)
 
 
 class WhatsAppChannel(Channel):
