@@ -165,6 +165,27 @@ class Records:
         self._since = now - 1.0  # overlapping windows; records are keyed, so read twice is kept once
 
 
+def schedule(args, channels: list[str]) -> tuple[float, float, float, list[tuple[float, str, int]]]:
+    """The run's start, its measured window (w0, w1) and every conversation's sends, spread over a period."""
+    start = time.time() + 0.2
+    w0, w1 = start + args.warmup, start + args.warmup + args.seconds
+    plan = sorted((start + k * args.period + i * args.period / len(channels), channel, k)
+                  for i, channel in enumerate(channels)
+                  for k in range(int((args.warmup + args.seconds) / args.period) + 1))
+    return start, w0, w1, [p for p in plan if p[0] < w1]
+
+
+def post(stack: Stack, threads: dict[str, str], channel: str, text: str) -> dict:
+    """One message into its conversation: a DM, a mention that starts the channel's thread, or a reply in it."""
+    if channel.startswith("D"):
+        return stack.sl.message(channel, user_of(channel), text, channel_type="im")
+    if channel not in threads:
+        env = stack.sl.app_mention(channel, user_of(channel), text)
+        threads[channel] = env["payload"]["event"]["ts"]
+        return env
+    return stack.sl.message(channel, user_of(channel), text, thread_ts=threads[channel], channel_type="channel")
+
+
 def drive(stack: Stack, args) -> dict:
     """Send the conversations' events on schedule for warmup + seconds, then drain. Times are time.time()."""
     records = Records(stack.sl)
@@ -174,23 +195,11 @@ def drive(stack: Stack, args) -> dict:
     channels = conversations(args.channels)
     events: dict[str, tuple[str, str, str | None]] = {}  # event_id -> (channel, text, thread_ts to answer in)
     threads: dict[str, str] = {}  # channel -> its thread's ts
-    start = time.time() + 0.2
-    w0, w1 = start + args.warmup, start + args.warmup + args.seconds
-    plan = sorted((start + k * args.period + i * args.period / len(channels), channel, k)
-                  for i, channel in enumerate(channels)
-                  for k in range(int((args.warmup + args.seconds) / args.period) + 1))
-    plan = [p for p in plan if p[0] < w1]
+    start, w0, w1, plan = schedule(args, channels)
 
     def send(channel: str, k: int) -> None:
         text = message(channel, k)
-        if channel.startswith("D"):
-            env = stack.sl.message(channel, user_of(channel), text, channel_type="im")
-        elif channel not in threads:
-            env = stack.sl.app_mention(channel, user_of(channel), text)
-            threads[channel] = env["payload"]["event"]["ts"]
-        else:
-            env = stack.sl.message(channel, user_of(channel), text, thread_ts=threads[channel],
-                                   channel_type="channel")
+        env = post(stack, threads, channel, text)
         events[env["payload"]["event_id"]] = (channel, text, threads.get(channel))
 
     sent = send_plan(stack, sampler, plan, send, w0, w1)
@@ -222,23 +231,11 @@ def drive_stream(stack: Stack, args) -> int:
     channels = conversations(args.channels)
     events: dict[str, tuple[str, str, str]] = {}  # event_id -> (conversation, text, kind)
     threads: dict[str, str] = {}
-    start = time.time() + 0.2
-    w0, w1 = start + args.warmup, start + args.warmup + args.seconds
-    plan = sorted((start + k * args.period + i * args.period / len(channels), channel, k)
-                  for i, channel in enumerate(channels)
-                  for k in range(int((args.warmup + args.seconds) / args.period) + 1))
-    plan = [p for p in plan if p[0] < w1]
+    start, w0, w1, plan = schedule(args, channels)
 
     def send(channel: str, k: int) -> None:
         text = message(channel, k)
-        if channel.startswith("D"):
-            env = stack.sl.message(channel, user_of(channel), text, channel_type="im")
-        elif channel not in threads:
-            env = stack.sl.app_mention(channel, user_of(channel), text)
-            threads[channel] = env["payload"]["event"]["ts"]
-        else:
-            env = stack.sl.message(channel, user_of(channel), text, thread_ts=threads[channel],
-                                   channel_type="channel")
+        env = post(stack, threads, channel, text)
         events[env["payload"]["event_id"]] = (channel, text, "dm" if channel.startswith("D") else "thread")
 
     send_plan(stack, sampler, plan, send, w0, w1)
