@@ -973,14 +973,19 @@ class FakeSlack(_Shortcuts):
             self.message(ch.id, a.bot_user_id, text, ts=ts, thread_ts=thread_ts, bot_id=a.bot_id, app=a.id)
         return {"channel": ch.id, "ts": ts, "message": msg}
 
-    def _update(self, a: _App, p: dict[str, Any]) -> dict[str, Any]:
+    def _own_message(self, a: _App, p: dict[str, Any], refusal: str) -> tuple[_Channel, str, dict[str, Any]]:
+        """The channel, ts and message `p` names, which must be this app's (else `refusal`, as Slack says)."""
         ch = self._channel(a, p.get("channel"))
         ts = _opt_str(p.get("ts"))
         old = ch.messages.get(ts) if ts else None
         if old is None:
             raise ApiError("message_not_found")
         if old.get("bot_id") != a.bot_id:
-            raise ApiError("cant_update_message")
+            raise ApiError(refusal)
+        return ch, ts, old
+
+    def _update(self, a: _App, p: dict[str, Any]) -> dict[str, Any]:
+        ch, ts, old = self._own_message(a, p, "cant_update_message")
         text, blocks = self._text(p, False)
         if text is None and blocks is None:
             raise ApiError("no_text")
@@ -993,13 +998,7 @@ class FakeSlack(_Shortcuts):
         return {"channel": ch.id, "ts": ts, "text": new["text"], "message": new}
 
     def _delete(self, a: _App, p: dict[str, Any]) -> dict[str, Any]:
-        ch = self._channel(a, p.get("channel"))
-        ts = _opt_str(p.get("ts"))
-        old = ch.messages.get(ts) if ts else None
-        if old is None:
-            raise ApiError("message_not_found")
-        if old.get("bot_id") != a.bot_id:
-            raise ApiError("cant_delete_message")
+        ch, ts, _ = self._own_message(a, p, "cant_delete_message")
         del ch.messages[ts]
         self._record("deleted", {"app": a.id, "channel": ch.id, "ts": ts})
         return {"channel": ch.id, "ts": ts}
