@@ -182,8 +182,7 @@ class FullFor:
 def test_a_reply_sent_whose_report_cannot_be_stored_is_reported_later_and_never_sent_twice(monkeypatch):
     from types import SimpleNamespace
 
-    from services.gateway.channel import Sent
-    from services.gateway.delivery import Deliverer
+    from services.gateway.delivery import Deliverer, Outbound
     from common.stores import outbox_store
 
     monkeypatch.setattr(holding, "MAX_S", 0.3)
@@ -197,15 +196,23 @@ def test_a_reply_sent_whose_report_cannot_be_stored_is_reported_later_and_never_
                 item = (await client.call(m.ClaimOutbox(worker="gw@h", instances=["t"], lease_s=lease_s))).items[0]
                 sends = []
 
-                async def send(item, progress):
-                    sends.append(item.id)
-                    return Sent("p1")
+                class Out(Outbound):
+                    def render(self, body):
+                        return [body]
 
-                channel = SimpleNamespace(log=SimpleNamespace(bind=lambda **k: _Quiet()), send=send)
+                    async def send_text(self, item, index, text, last):
+                        sends.append(item.id)
+                        return "p1"
+
+                async def no_placeholder(item):
+                    return ""
+
+                channel = SimpleNamespace(log=SimpleNamespace(bind=lambda **k: _Quiet()), outbound=Out)
                 full = FullFor(client, seconds=3 * lease_s)  # the report waits three leases long
                 gateway = SimpleNamespace(log=_Quiet(), worker="gw@h", channels={"t": channel},
                                           svc=SimpleNamespace(cfg=SimpleNamespace(gateways=SimpleNamespace(
-                                              outbox_lease_s=lease_s))), rt=SimpleNamespace(client=full))
+                                              outbox_lease_s=lease_s))), rt=SimpleNamespace(client=full),
+                                          drafts=SimpleNamespace(take=no_placeholder))
                 delivering = asyncio.create_task(Deliverer(gateway)._deliver(item))
                 taken_by_another = []
                 while not delivering.done():  # meanwhile the row is never free for another gateway

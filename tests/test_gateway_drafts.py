@@ -36,9 +36,9 @@ class _Log:
 
 
 def _gateway(sender, instance: str = "tg", run_dir: Path | None = None) -> SimpleNamespace:
-    """What Drafts reads of a Gateway: its log, channels (each keeps its Outbound as ``sender``), the config's
+    """What Drafts reads of a Gateway: its log, channels (each gives its Outbound by ``outbound()``), the config's
     streams(), the typing sign's current message, and where its placeholders file goes."""
-    return SimpleNamespace(log=_Log(), channels={instance: SimpleNamespace(sender=sender)},
+    return SimpleNamespace(log=_Log(), channels={instance: SimpleNamespace(outbound=lambda: sender)},
                            svc=SimpleNamespace(name="gateway-test", cfg=SimpleNamespace(
                                gateways=SimpleNamespace(streams=lambda i: True))),
                            paths=SimpleNamespace(run_dir=run_dir or Path(tempfile.mkdtemp(prefix="drafts-"))),
@@ -222,7 +222,8 @@ def test_a_successor_after_a_crash_edits_its_predecessors_placeholder(tmp_path):
             successor.show(_draft(GROUP, "the first words and more", seq=2))
             await asyncio.sleep(1.2)
             row = _row(GROUP, "the first words and more, all of them")
-            outcome = await send_row(successor.gateway.channels["tg"].sender, row, _nothing, await successor.take(row))
+            out = successor.gateway.channels["tg"].outbound()
+            outcome = await send_row(out, row, _nothing, await successor.take(row))
             again = Drafts(_gateway(sender, run_dir=tmp_path))  # the file no longer names a taken placeholder
             return tg.sent(chat_id=GROUP), outcome, again.views
 

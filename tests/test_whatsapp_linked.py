@@ -112,7 +112,7 @@ def item_of(**kw) -> m.OutboxItem:
 
 
 class StubGateway:
-    """What a channel needs of the gateway: paths, a log, submit (recorded), a detail line."""
+    """What a channel needs of the gateway: paths, a log, take (the kit's parse, then recorded), a detail line."""
 
     def __init__(self, tmp_path, verdict: str = "accepted") -> None:
         self.paths = SimpleNamespace(whatsapp_dir=tmp_path / "whatsapp", session_secret_file=tmp_path / ".secret")
@@ -121,8 +121,11 @@ class StubGateway:
         self.verdict = verdict
         self.channel = None
 
-    async def submit(self, channel, msg, fetch=None) -> str:
-        self.submitted.append(msg)
+    async def take(self, channel, event) -> str:
+        parsed = linked.parse(event, channel.id)
+        if isinstance(parsed, Skip):
+            return "skipped"
+        self.submitted.append(parsed.msg)
         return self.verdict
 
     def detail(self) -> str:

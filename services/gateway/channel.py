@@ -3,7 +3,9 @@
 A platform supplies its parser (``Channel.parse``: one event as the platform sent it -> Parsed or Skip),
 ``Channel.download`` (one file's bytes) and its acknowledgement (the HTTP 200, the envelope ack, the
 next offset), which it gives once ``Gateway.take`` returned; the kit (services/gateway/base.py) does the
-rest, once for every platform: access, downloads, the hand-off to the writer, a chat's order.
+rest, once for every platform: access, downloads, the hand-off to the writer, a chat's order. Outbound,
+it supplies an ``Outbound`` (``Channel.outbound``: its calls, renderer, limits and error meanings); the
+kit (services/gateway/delivery.py) claims, renders, splits, sends and records.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, NamedTuple
 
-from schema import messages as m
 from services.gateway.order import Window
 
 if TYPE_CHECKING:
     from services.gateway.base import Gateway
+    from services.gateway.delivery import Outbound
 
 @dataclass
 class InboundMessage:
@@ -146,8 +148,13 @@ class Channel:
     def stored(self, msg: InboundMessage) -> None:
         """A new message was stored (not a duplicate): a read receipt, a note of the thread (best effort)."""
 
-    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
-        raise NotImplementedError
+    # ------------------------------------------------------------ outbound (called by the kit)
+
+    def outbound(self) -> Outbound | None:
+        """This instance's half of the outbound path (services/gateway/delivery.py): its API calls, renderer,
+        limits and error meanings, through which the kit sends its outbox rows and streamed drafts. None
+        while there is none yet (not started): its rows are tried again later."""
+        return None
 
     async def typing(self, chat: str, platform_msg_id: str) -> None:
         """Show that the agent is working on ``platform_msg_id`` in ``chat`` (best effort; called every few s)."""

@@ -2,7 +2,7 @@
 instances (a lease), render and split the row with its platform's renderer and limits, send its parts in
 order through the platform's calls (an ``Outbound``), and tell the writer how it went. Chats go in
 parallel, each in order. A platform supplies only its API calls, its renderer, its limits and the meaning
-of its errors.
+of its errors, as its Channel's ``outbound()``.
 
 A row held by a gateway that died is taken back at once by its successor under the same name (the
 enlistment, common/runtime.py), or by anyone once its lease runs out; parts of a long message already
@@ -115,9 +115,9 @@ class Deliverer:
 
         try:
             try:
-                out = outbound_of(channel)
-                if out is None:  # a transport that sends rows whole by itself (WhatsApp's linked device)
-                    outcome: Outcome = await channel.send(item, progress)
+                out = channel.outbound()
+                if out is None:  # not started (yet): claims are for started channels, so a moment's race
+                    outcome: Outcome = Retry(backoff(item.attempt), f"{channel.id}: not started")
                 else:
                     placeholder = await self.gateway.drafts.take(item)
                     try:
@@ -263,12 +263,6 @@ class Outbound:
     def draft_wait(self, exc: Exception) -> float | None:
         """Seconds a failed draft asks to wait (a 429), or None: this answer's drafts stop."""
         return None
-
-
-def outbound_of(channel) -> Outbound | None:
-    """A started channel's Outbound (a platform's Channel keeps it as ``sender``), else None."""
-    out = getattr(channel, "sender", None)
-    return out if isinstance(out, Outbound) else None
 
 
 def parts_of(out: Outbound, item: m.OutboxItem) -> list[Part] | Failed:

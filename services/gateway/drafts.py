@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from common import bus
 from common.home import write_private_file
 from schema import messages as m
-from services.gateway.delivery import OFF_LOOP_CHARS, Outbound, outbound_of
+from services.gateway.delivery import OFF_LOOP_CHARS, Outbound
 
 if TYPE_CHECKING:
     from services.gateway.base import Gateway
@@ -113,7 +113,8 @@ class Drafts:
                     view.task.cancel()
 
     def show(self, draft: m.AnswerDraft) -> None:
-        out = outbound_of(self.gateway.channels.get(draft.instance))
+        channel = self.gateway.channels.get(draft.instance)
+        out = channel.outbound() if channel is not None else None
         if out is None or not out.draft_kind(draft.chat):
             return
         key = (draft.instance, draft.chat)

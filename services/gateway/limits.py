@@ -4,7 +4,6 @@ cooldown after a 429."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 
@@ -93,25 +92,3 @@ class Windows:
         now = time.monotonic()
         for key in [k for k, w in self._windows.items() if w.delay(now) == 0 and not w._lock.locked()]:
             del self._windows[key]
-
-
-class InOrder:
-    """One lock per key, made on demand and dropped when nobody holds or waits for it: events of one
-    conversation are handled one at a time in arrival order (asyncio locks are FIFO), others side by side."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._users: dict[str, int] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str):
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        self._users[key] = self._users.get(key, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            self._users[key] -= 1
-            if not self._users[key]:
-                del self._users[key]
-                del self._locks[key]

@@ -27,8 +27,7 @@ from common.errors import StarlingError
 from common.log import register_secret
 from common.secrets import resolve_secret
 from common.stores import session_store
-from schema import messages as m
-from services.gateway.channel import Channel, FileRef, InboundMessage, Outcome, Progress
+from services.gateway.channel import Channel, FileRef, InboundMessage
 from services.gateway.slack import inbound
 from services.gateway.slack.api import NetworkError, SlackApi, SlackError
 from services.gateway.slack.outbound import Sender
@@ -266,10 +265,8 @@ class SlackChannel(Channel):
 
     # ------------------------------------------------------------ send
 
-    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
-        if self.sender is None:
-            raise StarlingError("the Slack app is not started")
-        return await self.sender.send(item, progress)
+    def outbound(self) -> Sender | None:
+        return self.sender
 
     async def typing(self, chat: str, platform_msg_id: str) -> None:
         channel, _ = inbound.target(chat)

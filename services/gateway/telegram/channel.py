@@ -22,7 +22,7 @@ from common.errors import StarlingError
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
-from services.gateway.channel import Channel, FileRef, Outcome, Progress
+from services.gateway.channel import Channel, FileRef
 from services.gateway.telegram import inbound
 from services.gateway.telegram.api import ApiError, BotApi, NetworkError
 from services.gateway.telegram.outbound import Sender, chat_param
@@ -246,10 +246,8 @@ class TelegramChannel(Channel):
 
     # ------------------------------------------------------------ send
 
-    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
-        if self.sender is None:
-            raise StarlingError("the bot is not started")
-        return await self.sender.send(item, progress)
+    def outbound(self) -> Sender | None:
+        return self.sender
 
     async def typing(self, chat: str, platform_msg_id: str) -> None:
         # best effort: never spend the bot's message budget on a sign (replies first)

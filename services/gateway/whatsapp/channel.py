@@ -1,6 +1,7 @@
 """One WhatsApp number on the Cloud API: a webhook (GET verification, signed POSTs) in, the Graph API
-out, and a read receipt with a typing indicator while the agent works. In linked-device mode the channel
-hands everything to a LinkedTransport (linked_transport.py)."""
+out, and a read receipt with a typing indicator while the agent works. In linked-device mode a LinkedTransport
+(linked_transport.py) drives the client; its messages go through the kit's ``take`` like the webhook's, and
+its rows through the kit's delivery with its own Outbound."""
 
 from __future__ import annotations
 
@@ -13,15 +14,15 @@ import time
 import aiohttp
 from aiohttp import web
 
-from common.errors import StarlingError
 from common.log import register_secret
 from common.secrets import resolve_secret
 from schema import messages as m
 from services.gateway import attachments
-from services.gateway.channel import Channel, FileRef, InboundMessage, Outcome, Progress
+from services.gateway.channel import Channel, FileRef, InboundMessage
+from services.gateway.delivery import Outbound
 from services.gateway.order import Window
 from services.gateway.webhook import answer_after_ack
-from services.gateway.whatsapp import inbound
+from services.gateway.whatsapp import inbound, linked
 from services.gateway.whatsapp.api import GraphApi, GraphError, NetworkError
 from services.gateway.whatsapp.linked_transport import LinkedTransport
 from services.gateway.whatsapp.outbound import Sender
@@ -158,9 +159,11 @@ class WhatsAppChannel(Channel):
     # ------------------------------------------------------------ inbound, for the kit
 
     def parse(self, event: object):
-        return inbound.parse(event, self.id)
+        return linked.parse(event, self.id) if self.cfg.mode == "linked" else inbound.parse(event, self.id)
 
     async def download(self, ref: FileRef):
+        if self.linked is not None:
+            return await self.linked.download(ref)
         media = await self.api.media(ref.ref)  # a short-lived URL and the file's size
         size, cap = int(media.get("file_size") or 0), int(self.cfg.max_attachment_mb * 1024 * 1024)
         if size > cap:
@@ -168,7 +171,7 @@ class WhatsAppChannel(Channel):
         return self.api.download(str(media["url"]))
 
     def fetch_budget_s(self) -> float:
-        return FETCH_WITHIN_S
+        return FETCH_WITHIN_S if self.linked is None else super().fetch_budget_s()  # linked: no webhook to answer
 
     def stored(self, msg: InboundMessage) -> None:
         if self.linked is None:  # blue ticks at once; the typing indicator follows if the agent is slow
@@ -178,12 +181,8 @@ class WhatsAppChannel(Channel):
 
     # ------------------------------------------------------------ send
 
-    async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
-        if self.linked is not None:
-            return await self.linked.send(item, progress)
-        if self.sender is None:
-            raise StarlingError("the WhatsApp number is not started")
-        return await self.sender.send(item, progress)
+    def outbound(self) -> Outbound | None:
+        return self.linked.outbound if self.linked is not None else self.sender
 
     async def typing(self, chat: str, platform_msg_id: str) -> None:
         """A read receipt and the typing indicator (refreshed before its 25 s run out)."""

@@ -1,6 +1,7 @@
 """Linked-device mode, the parts that do not speak the protocol: the interface a client library sits
 behind (`LinkedClient`, reporting to `Events`), the link's state machine and reconnect policy, and the
-mapping of its messages and send errors onto the gateway's (InboundMessage, Sent | Retry | Failed).
+mapping of its messages and send errors onto the kit's (``parse``: Parsed | Skip for Gateway.take;
+``outcome``: Sent | Retry | Failed for delivery.py).
 
 A client reports what happens through ``Events``; the gateway's `LinkedTransport` (linked_transport.py)
 implements them and drives the client; `starling whatsapp link` drives pairing through the same calls.
@@ -10,6 +11,7 @@ The real client is neonize (neonize_client.py); tests pass a fake behind the sam
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import random
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from common.errors import StarlingError
-from services.gateway.channel import Failed, InboundMessage, Outcome, Retry, Skip
+from services.gateway.channel import Failed, FileRef, InboundMessage, Outcome, Parsed, Retry, Skip
 from services.gateway.delivery import backoff as outbox_backoff
 from services.gateway.whatsapp.session_vault import SessionVault
 
@@ -62,6 +64,7 @@ class LinkedMessage:
     reply_to: str = ""      # the id of the quoted message
     kind: str = "text"      # text | image | audio | voice note | video | document | sticker | <other>
     file_name: str = ""
+    media: str = ""         # the client's handle for the file's bytes (LinkedClient.download); "": not fetched
 
 
 class Events(Protocol):
@@ -130,6 +133,10 @@ class LinkedClient(ABC):
     @abstractmethod
     async def send_file(self, chat: str, path: Path, caption: str = "") -> str:
         """Send an image (jpeg/png) or a document and return the message id; raises SendError."""
+
+    async def download(self, media: str) -> bytes:
+        """The bytes of a received file by its ``LinkedMessage.media`` handle; raises StarlingError or OSError."""
+        raise StarlingError("this client does not fetch files")
 
     async def mark_read(self, chat: str, sender: str, ids: list[str]) -> None:
         """Blue ticks (best effort)."""
@@ -273,9 +280,31 @@ class Backoff:
 # ---------------------------------------------------------------- inbound
 
 
+def as_event(msg: LinkedMessage) -> dict:
+    """A received message as the kit takes it (Gateway.take), and as dead letters keep it: its fields."""
+    return dataclasses.asdict(msg)
+
+
+def parse(event: object, instance: str) -> Parsed | Skip:
+    """The linked client's event (``as_event(msg)``) as the kit takes it: the message, and its file to fetch
+    (``LinkedClient.download``) when the client has a handle for it."""
+    if not isinstance(event, dict):
+        return Skip("a message event that is not an object")
+    try:
+        msg = LinkedMessage(**event)
+    except TypeError as exc:
+        return Skip(f"a message event with unknown fields ({exc})")
+    inbound = to_inbound(msg, instance)
+    if isinstance(inbound, Skip) or not msg.media or msg.kind == "text":
+        return inbound if isinstance(inbound, Skip) else Parsed(inbound)
+    name = msg.file_name or f"{msg.kind.replace(' ', '-')}-{msg.id}"
+    return Parsed(inbound, [FileRef(msg.kind, msg.media, 0, name)])
+
+
 def to_inbound(msg: LinkedMessage, instance: str) -> InboundMessage | Skip:
     """A received message as the gateway submits it. Dedupe keys come from the chat and the message id
-    (WhatsApp ids are unique per sender; a redelivery after a reconnect carries the same one)."""
+    (WhatsApp ids are unique per sender; a redelivery after a reconnect carries the same one). A file
+    without a ``media`` handle is described, not fetched; one with it is fetched by the kit (``parse``)."""
     if msg.from_me:
         return Skip("sent by this account")
     if not msg.id or not msg.chat:
@@ -283,11 +312,11 @@ def to_inbound(msg: LinkedMessage, instance: str) -> InboundMessage | Skip:
     if msg.chat.endswith("@broadcast") or msg.chat == "status":
         return Skip("a status update or broadcast")
     text = msg.text
-    if msg.kind != "text":
+    if msg.kind != "text" and not msg.media:
         what = f"{msg.kind} ({msg.file_name})" if msg.file_name else msg.kind
         note = f"[{_article(what)} {what} was sent; files are not fetched in linked-device mode]"
         text = f"{text}\n{note}" if text else note
-    if not text.strip():
+    if not text.strip() and not (msg.media and msg.kind != "text"):
         return Skip(f"an empty {msg.kind} message")
     key = f"wa:{instance}:lm:{msg.chat}:{msg.sender}:{msg.id}" if msg.group else f"wa:{instance}:lm:{msg.chat}:{msg.id}"
     return InboundMessage(

@@ -1,6 +1,8 @@
 """A WhatsApp number in linked-device mode, inside the gateway: waits for a link, holds the session
-while it runs it, connects and reconnects by the policy, submits what arrives, sends the outbox, and
-keeps `starling status` told where the link stands (the channel's status is the heartbeat detail).
+while it runs it, connects and reconnects by the policy, hands what arrives to the kit (Gateway.take,
+the client's ack once it returned), gives the kit its Outbound (``LinkedOutbound``: the client's calls,
+WhatsApp's renderer and limits, a personal number's pace, the meaning of its send errors), and keeps
+`starling status` told where the link stands (the channel's status is the heartbeat detail).
 
 The session lock is held only while a session is in use. `starling whatsapp link` and `unlink` ask
 through request files beside the session (common/whatsapp_requests.py): while no session runs, the
@@ -13,25 +15,25 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import AsyncIterator, NamedTuple
 
 from common import whatsapp_requests
 from common.errors import StarlingError
 from common.whatsapp_requests import LINK_REQUEST, UNLINK_REQUEST
 from schema import messages as m
-from services.gateway.channel import Failed, Outcome, Progress, Retry, Sent
+from services.gateway.channel import FileRef, Outcome, Progress, Retry
 from services.gateway.delivery import backoff as outbox_backoff
-from services.gateway.limits import InOrder, Window, Windows
+from services.gateway.delivery import send_row
+from services.gateway.limits import Window, Windows
 from services.gateway.whatsapp import linked, linking
 from services.gateway.whatsapp.linked import Backoff, ConnectError, Link, LinkRecord, LogoutReason, SendError, State
-from services.gateway.whatsapp.outbound import message_parts
+from services.gateway.whatsapp.outbound import Markup
 from services.gateway.whatsapp.session_vault import SessionBusy, SessionError, SessionVault
 
 POLL_S = 1.0              # a new link, an unlink request: looked for this often
 CONNECT_TIMEOUT_S = 60.0  # a connection attempt without connected/disconnected/logged_out counts as failed
 LOGOUT_TIMEOUT_S = 15.0
 TYPING_EVERY_S = 10.0     # WhatsApp shows "typing…" for about 25 s unless renewed
-KEEP_SENDERS = 2000
 
 
 class Ev(NamedTuple):
@@ -55,11 +57,8 @@ class LinkedTransport:
         self.client: linked.LinkedClient | None = None
         self.events: asyncio.Queue[Ev] = asyncio.Queue()
         self.ended = ""                 # the session that logged out here: not connected again
-        self.in_order = InOrder()
-        self.chats = Windows(1, 1.0)    # a personal number: about one message a second per chat,
-        self.number = Window(10, 1.0)   # and ten a second in all (bulk-looking traffic gets numbers banned)
+        self.outbound = LinkedOutbound(self)
         self.typed: dict[str, float] = {}
-        self.senders: dict[str, str] = {}  # message id -> sender, for read receipts in groups
         self.tasks: set[asyncio.Task] = set()
         self.running = False            # heartbeats carry the link's changes once the gateway is ready
 
@@ -266,17 +265,21 @@ class LinkedTransport:
         await self.events.put(Ev("logged_out", detail, reason))
 
     async def message(self, msg: linked.LinkedMessage) -> None:
-        parsed = linked.to_inbound(msg, self.id)
-        if isinstance(parsed, linked.Skip):
-            self.log.info("event_skipped", reason=parsed.reason)
-            return
-        async with self.in_order.hold(parsed.chat):  # one chat's messages in arrival order
-            result = await self.gateway.submit(self.channel, parsed)
-        if len(self.senders) >= KEEP_SENDERS:
-            self.senders.pop(next(iter(self.senders)))
-        self.senders[msg.id] = msg.sender
-        if result == "accepted":
+        """The kit's inbound path (Gateway.take: parse, a chat's order, access, its file, the writer);
+        returned once stored, which is the client's ack. Blue ticks for a new message, after that."""
+        if await self.gateway.take(self.channel, linked.as_event(msg)) == "accepted":
             self._spawn(self._mark_read(msg))
+
+    async def download(self, ref: FileRef) -> AsyncIterator[bytes]:
+        """A received file's bytes, for the kit (Channel.download), from the client that received it."""
+        if self.client is None:
+            raise StarlingError("not connected: the file cannot be fetched now")
+        data = await self.client.download(ref.ref)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield data
+
+        return chunks()
 
     async def _mark_read(self, msg: linked.LinkedMessage) -> None:
         try:
@@ -288,32 +291,8 @@ class LinkedTransport:
     # ------------------------------------------------------------ outbox
 
     async def send(self, item: m.OutboxItem, progress: Progress) -> Outcome:
-        client = self.client
-        if client is None or self.link.state is not State.LINKED:
-            if self.link.state in (State.LOGGED_OUT, State.UNLINKED):
-                return Retry(linked.LOGGED_OUT_RETRY_S, f"the number is {self.link.status()}")
-            return Retry(min(60.0, outbox_backoff(item.attempt)), f"not connected: {self.link.status()}")
-        parts = message_parts(item)
-        if isinstance(parts, Failed):
-            return parts
-        path = Path(item.file_path)
-        msg_id = ""
-        for index in range(min(item.parts_sent, len(parts)), len(parts)):
-            kind, text = parts[index]
-            await self.chats[item.chat].wait()
-            await self.number.wait()
-            try:
-                if kind == "file":
-                    msg_id = await client.send_file(item.chat, path, text)
-                else:
-                    msg_id = await client.send_text(item.chat, text)
-            except SendError as exc:
-                if exc.kind is linked.SendKind.RATE_LIMITED:
-                    self.chats[item.chat].cool_down(max(exc.retry_after_s, linked.RATE_LIMIT_MIN_S))
-                return linked.outcome(exc, item.attempt)
-            if index < len(parts) - 1:
-                await progress(index + 1, msg_id)
-        return Sent(msg_id)
+        """One outbox row through the kit's path (delivery.send_row) with this number's Outbound."""
+        return await send_row(self.outbound, item, progress)
 
     async def typing(self, chat: str, platform_msg_id: str) -> None:
         if self.client is None or self.link.state is not State.LINKED:
@@ -347,3 +326,44 @@ class LinkedTransport:
             await rt.beat(detail=self.gateway.detail())
         except StarlingError as exc:
             self.log.warning("heartbeat_failed", error=str(exc))
+
+
+class LinkedOutbound(Markup):
+    """The linked device's half of the kit's outbound path (services/gateway/delivery.py): WhatsApp's
+    renderer and limits (Markup), the client's calls, a personal number's pace, and its send errors'
+    meanings (linked.outcome). Not linked: the row waits (a logged-out number, for a new link)."""
+
+    def __init__(self, transport: LinkedTransport) -> None:
+        self.transport = transport
+        self.log = transport.log
+        self.chats = Windows(1, 1.0)    # a personal number: about one message a second per chat,
+        self.number = Window(10, 1.0)   # and ten a second in all (bulk-looking traffic gets numbers banned)
+
+    def ready(self, item: m.OutboxItem) -> Outcome | None:
+        link = self.transport.link
+        if self.transport.client is not None and link.state is State.LINKED:
+            return None
+        if link.state in (State.LOGGED_OUT, State.UNLINKED):
+            return Retry(linked.LOGGED_OUT_RETRY_S, f"the number is {link.status()}")
+        return Retry(min(60.0, outbox_backoff(item.attempt)), f"not connected: {link.status()}")
+
+    async def _client(self, chat: str) -> linked.LinkedClient:
+        await self.chats[chat].wait()
+        await self.number.wait()
+        client = self.transport.client
+        if client is None:  # dropped while the part waited its turn
+            raise SendError(linked.SendKind.NOT_CONNECTED, "the session ended")
+        return client
+
+    async def send_text(self, item: m.OutboxItem, index: int, text: str, last: bool) -> str:
+        return await (await self._client(item.chat)).send_text(item.chat, text)
+
+    async def send_file(self, item: m.OutboxItem, path: Path, caption: str) -> str:
+        return await (await self._client(item.chat)).send_file(item.chat, path, caption)
+
+    async def outcome(self, exc: Exception, item: m.OutboxItem) -> Outcome | None:
+        if not isinstance(exc, SendError):
+            return None
+        if exc.kind is linked.SendKind.RATE_LIMITED:
+            self.chats[item.chat].cool_down(max(exc.retry_after_s, linked.RATE_LIMIT_MIN_S))
+        return linked.outcome(exc, item.attempt)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from schema import messages as m
 from services.gateway.channel import Failed, Outcome, Retry
-from services.gateway.delivery import Outbound, backoff, parts_of
+from services.gateway.delivery import Outbound, backoff
 from services.gateway.limits import Window, Windows
 from services.gateway.whatsapp.api import GraphApi, GraphError
 from services.gateway.whatsapp.render import split_whatsapp, to_whatsapp
@@ -39,7 +39,7 @@ MEANINGS = {
 
 
 class Markup(Outbound):
-    """WhatsApp's renderer and limits, shared by the Cloud API's sender and the linked device's transport."""
+    """WhatsApp's renderer and limits, shared by the Cloud API's sender and the linked device's Outbound."""
 
     platform = "WhatsApp"
     caption_max = CAPTION_MAX
@@ -47,12 +47,6 @@ class Markup(Outbound):
 
     def render(self, body: str) -> list[str]:
         return split_whatsapp(to_whatsapp(body))
-
-
-def message_parts(item: m.OutboxItem) -> list[tuple[str, str]] | Failed:
-    """An outbox row as WhatsApp messages, in sending order (the kit's parts_of with WhatsApp's limits)."""
-    parts = parts_of(Markup(), item)
-    return parts if isinstance(parts, Failed) else [(p.kind, p.text) for p in parts]
 
 
 class Sender(Markup):
