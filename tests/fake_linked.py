@@ -8,7 +8,8 @@ Driven in process (``FakeClient.last``, ``await client.deliver(msg)``, ``await c
 in another process (the gateway under test, tests/linked_gateway.py), through files under
 ``$STARLING_WHATSAPP_FAKE_DIR/<instance>/``: ``inbox/*.json`` messages and commands (``{"op": "message",
 ...}``, ``{"op": "drop"}``, ``{"op": "logout", "reason": "DEVICE_REMOVED"}``), kept until the gateway
-acked a message (as WhatsApp redelivers); sends appended to ``sent.jsonl``; ``log.jsonl`` records calls.
+acked a message (as WhatsApp redelivers); a message's file (``"media": handle``) in ``media/<handle>``;
+sends appended to ``sent.jsonl``; ``log.jsonl`` records calls.
 Passed in by tests: ``make_client=FakeClient``, or the gateway program tests/linked_gateway.py.
 """
 
@@ -33,6 +34,7 @@ class FakeClient(LinkedClient):
     last: FakeClient | None = None
     fail_connects = 0      # class-wide knobs for in-process tests
     pair_by = "scan"       # scan: paired after the first QR; never: keep showing QR codes
+    files: dict[str, bytes] = {}  # media handle -> bytes, for download() in process
 
     def __init__(self, instance, store, events, log) -> None:
         super().__init__(instance, store, events, log)
@@ -80,6 +82,16 @@ class FakeClient(LinkedClient):
 
     async def send_file(self, chat: str, path: Path, caption: str = "") -> str:
         return await self._send({"chat": chat, "file": path.name, "caption": caption})
+
+    async def download(self, media: str) -> bytes:
+        """A received file's bytes: ``media/<handle>`` under the fake's folder (another process), else
+        ``FakeClient.files``; a handle neither knows is an OSError, as a file gone from WhatsApp's servers."""
+        self._note("download", media=media)
+        if self.dir is not None:
+            return (self.dir / "media" / media).read_bytes()
+        if media not in FakeClient.files:
+            raise FileNotFoundError(f"fake: no media {media!r}")
+        return FakeClient.files[media]
 
     async def mark_read(self, chat: str, sender: str, ids: list[str]) -> None:
         self.read.extend(ids)

@@ -95,6 +95,22 @@ def test_what_is_not_a_message_for_the_agent_is_skipped():
         assert isinstance(linked.to_inbound(msg, "wa"), Skip)
 
 
+def test_the_kit_takes_the_clients_events_and_fetches_the_files_it_has_a_handle_for():
+    image = LinkedMessage(id="X3", chat="49151", sender="49151", text="look", kind="image", media="h1")
+    parsed = linked.parse(linked.as_event(image), "wa")
+    assert ("look", [("image", "h1", "image-X3")]) == (parsed.msg.text, [(f.kind, f.ref, f.name) for f in parsed.files])
+    assert ["wa:wa:lm:49151:X3"] == parsed.msg.dedupe_keys  # the same key as without a file
+    bare = linked.parse(linked.as_event(LinkedMessage(id="X4", chat="49151", sender="49151", kind="document",
+                                                      file_name="a.pdf", media="h2")), "wa")
+    assert ("", [("document", "h2", "a.pdf")]) == (bare.msg.text, [(f.kind, f.ref, f.name) for f in bare.files])
+    described = linked.parse(linked.as_event(LinkedMessage(id="X5", chat="49151", sender="49151", kind="video")), "wa")
+    assert [] == described.files and "not fetched" in described.msg.text  # no handle: described, as before
+    for odd in ({"id": "X6", "chat": "49151", "sender": "49151", "surprise": 1}, "text", None):
+        assert isinstance(linked.parse(odd, "wa"), Skip)
+    assert isinstance(linked.parse(linked.as_event(LinkedMessage(id="X7", chat="49151", sender="49151", text="x",
+                                                                 from_me=True)), "wa"), Skip)
+
+
 def test_send_errors_map_to_outcomes():
     assert isinstance(linked.outcome(SendError(SendKind.NETWORK), 1), Retry)
     assert isinstance(linked.outcome(SendError(SendKind.NOT_CONNECTED), 1), Retry)

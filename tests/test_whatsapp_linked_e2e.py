@@ -1,13 +1,15 @@
 """Linked-device mode end to end with the real processes (writer, runner, gateway, the CLI) and the fake
 client of tests/fake_linked.py passed in place of neonize (tests/linked_gateway.py): the gateway waits
 unlinked, `starling whatsapp link` asks it to pair and shows the QR code it sends back, the gateway takes
-the session, a message is answered through the writer and the runner, a stranger gets a pairing code,
-and `unlink` while the gateway runs logs it out. The link state is read where `starling status` reads it (the heartbeats)."""
+the session, a message is answered through the writer and the runner, a picture is fetched through the
+kit, a stranger gets a pairing code, and `unlink` while the gateway runs logs it out. The link state is
+read where `starling status` reads it (the heartbeats)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +89,15 @@ def test_link_answer_and_unlink_through_the_real_processes(tmp_path, monkeypatch
         inbound(fake, "001", id="3EB0M1", chat=OWNER, sender=OWNER, text="hello from the phone")
         wait_until(lambda: sent(fake, OWNER), timeout=20, what="the agent's answer")
         assert not (fake / "wa" / "inbox" / "001.json").exists()  # acked after the writer had it
+        (fake / "wa" / "media").mkdir()
+        (fake / "wa" / "media" / "H1").write_bytes(b"\x89PNG a fake picture")
+        inbound(fake, "003", id="3EB0M3", chat=OWNER, sender=OWNER, text="look", kind="image", media="H1")
+        wait_until(lambda: len(stack.user_turns("wa", OWNER)) == 2, timeout=20, what="the picture's turn")
+        turn = stack.user_turns("wa", OWNER)[1]
+        saved = re.fullmatch(r"look\n\[image attached: (\S+) \(0 KB\)\]", turn)
+        assert saved, turn  # fetched by the kit (Channel.download) and described where it was saved
+        assert b"\x89PNG a fake picture" == Path(saved.group(1)).read_bytes()
+        assert Path(saved.group(1)).is_relative_to(stack.home.paths.attachments_dir)
         inbound(fake, "002", id="3EB0M2", chat=STRANGER, sender=STRANGER, text="who are you?")
         wait_until(lambda: sent(fake, STRANGER), timeout=20, what="the stranger's pairing code")
         assert "starling pairing approve" in sent(fake, STRANGER)[0]["text"]
