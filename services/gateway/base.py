@@ -34,7 +34,7 @@ from services.gateway.delivery import Deliverer
 from services.gateway.drafts import Drafts
 from services.gateway.order import ChatOrder
 from services.gateway.spool import Spool
-from services.gateway.typing import Typing
+from services.gateway.typing_sign import Typing
 from services.gateway.webhook import WebhookServers
 
 MAX_TEXT = 32_000  # characters of one inbound message kept (platforms cap lower; a forged event may not)

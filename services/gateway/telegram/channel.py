@@ -13,6 +13,7 @@ import asyncio
 import hmac
 import json
 from collections import defaultdict
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -27,6 +28,9 @@ from services.gateway.telegram import inbound
 from services.gateway.telegram.api import ApiError, BotApi, NetworkError
 from services.gateway.telegram.outbound import Sender, chat_param
 from services.gateway.webhook import answer_after_ack
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 POLL_TIMEOUT_S = 25          # getUpdates long-poll; an update arriving ends it at once
 BATCH_TRIES = 5              # a batch failing for a reason of its own (never the writer's condition): then dead letters
@@ -230,9 +234,9 @@ class TelegramChannel(Channel):
         return FETCH_WEBHOOK_S if self.cfg.mode == "webhook" else 120.0
 
     async def on_webhook(self, request: web.Request) -> web.Response:
+        """A POST from Telegram: the secret header checked in constant time; 200 only once the writer acked."""
         from aiohttp import web  # here, not at the top: a polling gateway never loads aiohttp.web (~2 MB)
 
-        """A POST from Telegram: the secret header checked in constant time; 200 only once the writer acked."""
         given = request.headers.get(SECRET_HEADER, "")
         if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
             self.log.warning("webhook_refused", reason="wrong or missing secret token", peer=request.remote)

@@ -52,7 +52,7 @@ class Markup(Outbound):
 class Sender(Markup):
     """Pacing: the Cloud API's default 80 messages a second per number; after a pair-rate error
     (131056) the recipient waits alone, after a throughput error (130429) the whole number.
-    No drafts: the Cloud API has the typing indicator only (services/gateway/typing.py)."""
+    No drafts: the Cloud API has the typing indicator only (services/gateway/typing_sign.py)."""
 
     def __init__(self, api: GraphApi, log, template: str = "", template_language: str = "en_US") -> None:
         self.api = api
