@@ -27,6 +27,47 @@ def without_tls() -> None:
     sys.modules.setdefault("_ssl", None)
 
 
+class _AsyncioTlsOnImport:
+    """A meta path finder for ``ssl`` alone, used once: it loads the real module, then gives it to the asyncio
+    modules that were imported without it (they bound ``ssl = None``), so TLS connections work from then on."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "ssl":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module) -> None:
+            load(module)
+            for owner in ("asyncio.sslproto", "asyncio.base_events", "asyncio.selector_events"):
+                imported = sys.modules.get(owner)
+                if imported is not None and getattr(imported, "ssl", None) is None:
+                    imported.ssl = module
+            sslproto = sys.modules.get("asyncio.sslproto")
+            if sslproto is not None and not hasattr(sslproto, "SSLAgainErrors"):
+                sslproto.SSLAgainErrors = (module.SSLWantReadError, module.SSLSyscallError)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+@contextlib.contextmanager
+def openssl_later() -> Iterator[None]:
+    """While inside, OpenSSL is unimportable (asyncio, hashlib and hmac load without it); after, the first
+    ``import ssl`` (aiohttp's, an SDK's: every TLS client imports it before it connects) loads it and gives
+    asyncio its TLS support. For a process that may open TLS connections but not at start (a runner: its
+    first model call); hashlib and hmac keep Python's builtin hashes."""
+    with hidden(OPENSSL_MODULES):
+        yield
+    if "ssl" not in sys.modules:
+        sys.meta_path.insert(0, _AsyncioTlsOnImport())
+
+
 # Optional packages msgspec and structlog import when installed, for features Starling never uses:
 # typing_extensions (msgspec: Starling's types all come from typing), greenlet (structlog's deprecated
 # threadlocal module) and colorama (structlog's console renderer, for Windows). ~0.5 MB of RSS each process.

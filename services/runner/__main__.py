@@ -4,8 +4,9 @@ import sys
 
 from common import lean
 
-lean.quiet_imports()
-
-from services.runner.main import main  # noqa: E402 - after lean
+# OpenSSL loads at the runner's first TLS connection (its first model call), not at start (lean.openssl_later)
+with lean.openssl_later():
+    lean.quiet_imports()
+    from services.runner.main import main
 
 sys.exit(main())
