@@ -115,6 +115,10 @@ def quick_check_within(conn: apsw.Connection, seconds: float | None) -> list[str
         conn.set_progress_handler(None)
 
 
+def page_size(conn: apsw.Connection) -> int:
+    return int(conn.execute(PAGE_SIZE).fetchall()[0][0])
+
+
 def size_bytes(conn: apsw.Connection) -> int:
     pages = conn.execute(PAGE_COUNT).fetchall()[0][0]
     return int(pages) * int(conn.execute(PAGE_SIZE).fetchall()[0][0])

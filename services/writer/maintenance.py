@@ -47,11 +47,24 @@ class Maintenance:
         self.db_file = db_file
         self.interval = checkpoint_interval_s
         self.truncate_bytes = int(wal_truncate_mb * 1024 * 1024)
-        self.passive_bytes = min(self.truncate_bytes // 4, 4 * 1024 * 1024)
+        # A PASSIVE checkpoint once a quarter of the bound was committed: with no reader in the way it
+        # copies everything, and the next commit writes the WAL from its beginning again. Much more
+        # often costs the writer: most pages a commit writes are the same few hundred index leaves
+        # every time, and each checkpoint writes them again.
+        self.passive_bytes = self.truncate_bytes // 4
+        # The WAL is measured in frames, as SQLite counts them, not by its file's size: the file never
+        # shrinks after a PASSIVE checkpoint, so its size says how large the WAL once was, not what it
+        # holds now.
+        page_bytes = db_store.page_size(conn)
+        self.truncate_pages = max(1, self.truncate_bytes // page_bytes)
+        self.passive_pages = max(1, self.passive_bytes // page_bytes)
+        self.wal_pages = 0  # frames in the WAL after the last commit (the connection's wal_hook)
+        self.checked_pages = 0  # frames it held at the last checkpoint; 0 once it started over
+        self.backfilled = 0  # of those, the frames copied into the database (readers may hold some back)
+        conn.set_wal_hook(self._on_wal)
         self.log = log
         self.next_checkpoint = time.monotonic() + self.interval
         self.next_prune = time.monotonic() + PRUNE_EVERY_S
-        self.wal_at_last_checkpoint = 0
         self.backup: BackupJob | None = None
         self.on_disk_full: Callable[[str], None] = lambda error: None  # the writer's Reserve.disk_full
         self.hold_pruning: Callable[[], bool] = lambda: False  # True while the disk is full: no deletes
@@ -60,27 +73,45 @@ class Maintenance:
     def wal_bytes(self) -> int:
         return health.wal_bytes(self.db_file)
 
+    def _on_wal(self, _conn: apsw.Connection, _name: str, pages: int) -> int:
+        """SQLite's word after each commit: the frames the WAL holds now. Fewer than after the last
+        commit: it started over from its beginning (everything before was checkpointed)."""
+        if pages < self.wal_pages:
+            self.checked_pages = self.backfilled = 0
+        self.wal_pages = pages
+        return apsw.SQLITE_OK
+
     def checkpoint(self, mode: str) -> tuple[int, int, int]:
         result = db_store.checkpoint(self.conn, mode)
-        self.wal_at_last_checkpoint = self.wal_bytes()
+        _busy, log_pages, done = result  # TRUNCATE: 0 and 0 (the file is empty); -1 when it could not run
+        if log_pages >= 0:
+            self.wal_pages = self.checked_pages = log_pages
+            self.backfilled = max(done, 0)
         self.next_checkpoint = time.monotonic() + self.interval
         return result
 
     def after_commit(self) -> None:
-        """TRUNCATE when the WAL passed its bound; PASSIVE when it grew a few MB since the last one."""
-        size = self.wal_bytes()
-        if size >= self.truncate_bytes:
-            done = self._passing("checkpoint", self.checkpoint, "TRUNCATE")
-            if done is not None:
-                busy, log_pages, pages = done
-                self.log.info("wal_truncated", wal_bytes=size, busy=busy, wal_pages=log_pages, checkpointed=pages)
-        elif size - self.wal_at_last_checkpoint >= self.passive_bytes:
+        """A checkpoint once the WAL gained a quarter of its bound in frames since the last one: PASSIVE,
+        or TRUNCATE when it holds more than its bound (readers kept it from starting over; TRUNCATE waits
+        for them, up to the busy timeout, so it is tried no more often than that either)."""
+        pages = self.wal_pages
+        if pages - self.checked_pages < self.passive_pages:
+            return
+        if pages < self.truncate_pages:
             self._passing("checkpoint", self.checkpoint, "PASSIVE")
+            return
+        self.checked_pages = pages  # also when it fails
+        done = self._passing("checkpoint", self.checkpoint, "TRUNCATE")
+        if done is not None:
+            busy, log_pages, checkpointed = done
+            self.log.info("wal_truncated", wal_bytes=self.wal_bytes(), frames=pages, busy=busy,
+                          wal_pages=log_pages, checkpointed=checkpointed)
 
     def on_timer(self, now: float) -> None:
         if now >= self.next_checkpoint:
             self.next_checkpoint = now + self.interval  # also when it fails: tried again next interval
-            self._passing("checkpoint", self.checkpoint, "PASSIVE")
+            if self.wal_pages > self.backfilled:  # frames not in the database yet
+                self._passing("checkpoint", self.checkpoint, "PASSIVE")
         if now >= self.next_prune:
             self.next_prune = now + PRUNE_EVERY_S
             if not self.hold_pruning():
