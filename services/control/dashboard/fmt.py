@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
-import jinja2
 from markupsafe import Markup, escape
+
+if TYPE_CHECKING:
+    import jinja2
 
 HIT_START, HIT_END = "\x02", "\x03"  # what dashboard_views_store.search puts around matched words
 
