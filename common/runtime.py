@@ -230,6 +230,3 @@ class Runtime:
                 self.request_stop("supervisord is gone")
                 return
 
-
-def run_service(svc: Service, work: Work | None, state: str = "ready", detail: str = "") -> int:
-    return asyncio.run(Runtime(svc).run(work, state, detail))
