@@ -26,7 +26,7 @@ from schema import messages as m
 from services.gateway.channel import Channel, FileRef
 from services.gateway.telegram import inbound
 from services.gateway.telegram.api import ApiError, BotApi, NetworkError
-from services.gateway.telegram.outbound import Sender, chat_param
+from services.gateway.telegram.outbound import Sender, chat_params
 from services.gateway.webhook import answer_after_ack
 
 if TYPE_CHECKING:
@@ -257,9 +257,7 @@ class TelegramChannel(Channel):
         # best effort: never spend the bot's message budget on a sign (replies first)
         if self.api is not None and self.sender.bot.delay() == 0:
             base, _, topic = chat.partition(":")
-            params = {"chat_id": chat_param(self.sender.moved.get(base, base)), "action": "typing"}
-            if topic.isdigit():
-                params["message_thread_id"] = int(topic)
+            params = {**chat_params(self.sender.moved.get(base, base), topic), "action": "typing"}
             await self.api.call("sendChatAction", params, timeout=10)
 
 

@@ -104,9 +104,7 @@ class Sender(Outbound):
         or edited (its message id back). A text Telegram will not parse goes as plain text."""
         chat, topic = self._chat(chat_key)
         await self._pace(chat)
-        params: dict = {"chat_id": chat_param(chat)}
-        if topic.isdigit():
-            params["message_thread_id"] = int(topic)
+        params = chat_params(chat, topic)
         if not chat.startswith("-"):
             await self._html_or_plain("sendMessageDraft", {**params, "draft_id": draft_id}, text)
             return ""
@@ -152,9 +150,7 @@ class Sender(Outbound):
     async def _send_part(self, chat: str, kind: str, text: str, reply_to: str, topic: str = "",
                          path: Path = Path()) -> str:
         await self._pace(chat)
-        params: dict = {"chat_id": chat_param(chat)}
-        if topic.isdigit():
-            params["message_thread_id"] = int(topic)
+        params = chat_params(chat, topic)
         if reply_to.isdigit():
             params["reply_parameters"] = {"message_id": int(reply_to), "allow_sending_without_reply": True}
         if kind == "file":
@@ -205,6 +201,14 @@ def chat_param(chat: str) -> int | str:
         return int(chat)
     except ValueError:
         return chat  # an @channel username
+
+
+def chat_params(chat: str, topic: str) -> dict:
+    """The parameters that address a chat, and its forum topic where `topic` is one."""
+    params: dict = {"chat_id": chat_param(chat)}
+    if topic.isdigit():
+        params["message_thread_id"] = int(topic)
+    return params
 
 
 def _level(bucket: Bucket) -> float:
