@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 import functools
-import xmlrpc.client
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +54,8 @@ def environment(paths: Paths, cfg: Config, log_maxbytes: str = LOG_MAXBYTES) -> 
 @functools.cache
 def _rpc_classes():
     """supervisor's XML-RPC transport, imported at first use: control imports this module but asks
-    supervisord only when status is asked for (supervisor.xmlrpc costs ~1.8 MB of RSS per process)."""
+    supervisord only when status is asked for (supervisor.xmlrpc costs ~1.8 MB of RSS per process, and
+    xmlrpc.client with pyexpat and gzip ~0.4 MB more: it is imported here and in each method using it)."""
     from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
 
     class _BoundedConnection(UnixStreamHTTPConnection):
@@ -76,6 +76,8 @@ class Supervisor:
         self.url = f"unix://{socket_path(paths)}"
 
     def _proxy(self):
+        import xmlrpc.client
+
         SupervisorTransport, _BoundedConnection = _rpc_classes()
         transport = SupervisorTransport(None, None, self.url)
         socket_file = str(socket_path(self.paths))
@@ -89,6 +91,8 @@ class Supervisor:
         return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
 
     def reachable(self) -> bool:
+        import xmlrpc.client
+
         if not socket_path(self.paths).exists():
             return False
         try:
@@ -97,6 +101,8 @@ class Supervisor:
             return False
 
     def processes(self) -> list[ProcessInfo]:
+        import xmlrpc.client
+
         try:
             infos = self._proxy().supervisor.getAllProcessInfo()
         except (OSError, xmlrpc.client.Error) as exc:
@@ -108,6 +114,8 @@ class Supervisor:
         ]
 
     def supervisord_pid(self) -> int | None:
+        import xmlrpc.client
+
         try:
             return int(self._proxy().supervisor.getPID())
         except (OSError, xmlrpc.client.Error):
@@ -160,6 +168,8 @@ class Supervisor:
         return sorted(added), sorted(changed), sorted(removed)
 
     def _rpc(self, method: str, *args):
+        import xmlrpc.client
+
         try:
             return getattr(self._proxy().supervisor, method)(*args)
         except xmlrpc.client.Fault as fault:
