@@ -68,12 +68,12 @@ class Drafts:
 
     def _emit(self, text: str, done: bool) -> None:
         claim = self._claim
-        self._last = time.monotonic()
         self._shown = text
         self.sent += 1
         self._send(m.ShowDraft(instance=claim.instance, chat=claim.chat, thread=self._thread,
                                session_id=claim.session_id, turn_id=claim.turn_id, step=self.step,
                                text=redact(text), done=done))
+        self._last = time.monotonic()  # after the send: redacting a long text takes time of its own
 
     def _cancel(self) -> None:
         if self._timer is not None:
