@@ -238,15 +238,21 @@ class Feeder(threading.Thread):
             self.error = exc
 
 
+IN_FLIGHT_S = 0.5
+
+
 def repeats_per_kill(copies: dict[str, list[float]], kills: list[tuple[str, float]]) -> dict[str, int]:
     """How many replies sent twice each kill explains: ``copies`` maps a reply to the times its copies reached
     the platform, ``kills`` is [(name, time)]; a repeat belongs to the last kill between its first two copies,
-    or to "none" (a repeat no crash explains). Every kill is in the answer, with 0 when it explains none."""
+    or to "none" (a repeat no crash explains). Every kill is in the answer, with 0 when it explains none.
+    A kill's time is taken here before the signal; a call the killed process had already made can reach the
+    platform up to IN_FLIGHT_S after it (the fake stamps a call when it handles it), so a first copy that
+    late is still the kill's."""
     per_kill = {name: 0 for name, _ in kills}
     for times in copies.values():
         if len(times) >= 2:
             first, second = sorted(times)[:2]
-            between = [name for name, at in kills if first <= at <= second]
+            between = [name for name, at in kills if first - IN_FLIGHT_S <= at <= second]
             key = between[-1] if between else "none"
             per_kill[key] = per_kill.get(key, 0) + 1
     return per_kill
