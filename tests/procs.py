@@ -118,3 +118,9 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: s
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def ctrl_c_works() -> None:
+    """Popen's preexec_fn for a child a test stops with SIGINT as a terminal's Ctrl-C would: a shell without
+    job control starts background jobs (a CI runner's `cmd &`) with SIGINT ignored, and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -16,7 +16,7 @@ import pytest
 
 from common.cli import logs_cmd
 from common.cli.main import main
-from tests.procs import REPO, wait_until
+from tests.procs import REPO, ctrl_c_works, wait_until
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -173,7 +173,8 @@ def test_logs_follow_stops_cleanly_on_ctrl_c(root):
     log = root / "data/logs/writer.log"
     write(log, line("before"))
     proc = subprocess.Popen([sys.executable, "-m", "common.cli", "--home", str(root), "logs", "writer", "-f"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            preexec_fn=ctrl_c_works)
     try:
         assert "before" in proc.stdout.readline()
         write(log, line("while-following"))

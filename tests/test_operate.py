@@ -20,7 +20,7 @@ import zmq
 
 from common.pids import alive
 from common.supervisor import Supervisor
-from tests.procs import REPO, make_home, remove_home, wait_until
+from tests.procs import REPO, ctrl_c_works, make_home, remove_home, wait_until
 
 SERVICES = ["writer", "runner-0", "runner-1", "scheduler", "sweeper", "control"]
 
@@ -106,7 +106,8 @@ def test_logs_follow_keeps_reading_across_supervisord_rotations(running):
 
     with open(out, "w") as sink:
         follower = subprocess.Popen([sys.executable, "-m", "common.cli", "--home", str(running.root), "logs",
-                                     "writer", "-f", "-n", "0"], cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
+                                     "writer", "-f", "-n", "0"], cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
+                                        preexec_fn=ctrl_c_works)
         try:
             # an unsigned frame makes the writer log a drop: repeat until the follower shows one
             def reading() -> bool:
