@@ -98,6 +98,15 @@ class GatewayStack:
         self.runners[index] = Proc(self.home, "runner", "--name", f"runner-{index}")
         return self.runners[index]
 
+    def kill_runner_holding_a_turn(self, index: int = 0) -> float:
+        """Make the next turn take a second and kill -9 runner ``index`` while it holds it (started again);
+        returns the time of the kill."""
+        self.fake_model.add({"delay": 1.0})
+        wait_until(self.turns_claimed, timeout=5, interval=0.01, what="the runner to hold a turn")
+        killed = time.time()
+        self.kill_runner(index)
+        return killed
+
     def kill_writer(self, restart: bool = True) -> Proc | None:
         """kill -9 the writer; started again and answering a ping unless ``restart`` is False."""
         _kill(self.writer)

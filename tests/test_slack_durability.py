@@ -224,10 +224,7 @@ def test_kill_gateway_and_writer_during_a_stream_loses_nothing():
             s.kill_writer()
 
             time.sleep(1.5)
-            s.fake_model.add({"delay": 1.0})  # the next turn takes a second: the runner is killed holding it
-            wait_until(s.turns_claimed, timeout=5, interval=0.01, what="the runner to hold a turn")
-            kills.append(("runner", time.time()))
-            s.kill_runner(0)
+            kills.append(("runner", s.kill_runner_holding_a_turn(0)))
 
             time.sleep(1.5)
             kills.append(("all", s.kill_all()))
