@@ -12,6 +12,7 @@ PRUNE_ANSWERS = (
 )
 ANSWERS_BETWEEN = "SELECT key, result FROM write_keys WHERE created_at >= ? AND created_at < ?"
 FIND_INBOUND = "SELECT turn_id FROM inbound_keys WHERE key = ?"
+FIND_INBOUND_MANY = "SELECT key, turn_id FROM inbound_keys WHERE key IN (SELECT value FROM json_each(?))"
 PUT_INBOUND = "INSERT OR IGNORE INTO inbound_keys (key, turn_id, created_at) VALUES (?, ?, ?)"
 PRUNE_INBOUND = (
     "DELETE FROM inbound_keys WHERE key IN "
@@ -42,13 +43,19 @@ def inbound_turn(conn: apsw.Connection, keys: list[str]) -> int | None:
     return None
 
 
+def inbound_turns(conn: apsw.Connection, keys_json: str) -> dict[str, int]:
+    """Of the platform event ids in ``keys_json`` (a JSON list), those already stored: key -> turn id."""
+    return {key: int(turn_id) for key, turn_id in conn.execute(FIND_INBOUND_MANY, (keys_json,))}
+
+
 def remember_inbound(conn: apsw.Connection, keys: list[str], turn_id: int, now: float) -> None:
     for key in keys:
         conn.execute(PUT_INBOUND, (key, turn_id, now))
 
 
 def remember_inbound_many(conn: apsw.Connection, rows: list[tuple[str, int, float]]) -> None:
-    """Bulk (key, turn_id, created_at): the benchmark's baseline, the rows ``remember_inbound`` stores."""
+    """Bulk (key, turn_id, created_at), the rows ``remember_inbound`` stores: a run of inbound messages
+    in one group commit, and the writer benchmark's baseline."""
     conn.executemany(PUT_INBOUND, rows)
 
 

@@ -6,6 +6,7 @@ statement, so a caller can stop between chunks when its time is up. Reads run in
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 import apsw
@@ -24,8 +25,11 @@ SESSIONS_PAST = (
     " ORDER BY s.last_active_at LIMIT ?"
 )
 STILL_PAST = "SELECT 1 FROM sessions s WHERE s.id = ? AND s.last_active_at < ? AND NOT (" + _IN_USE + ")"
-TURN_CHUNK = "SELECT id, attachments FROM turns WHERE session_id = ? ORDER BY id LIMIT ?"
-DELETE_TURNS_UPTO = "DELETE FROM turns WHERE session_id = ? AND id <= ?"
+# in conversation order, the order of the session's one index (turns_conversation)
+TURN_CHUNK = (
+    "SELECT id, attachments FROM turns WHERE session_id = ? ORDER BY coalesce(parent_id, id), id LIMIT ?"
+)
+DELETE_TURNS = "DELETE FROM turns WHERE id IN (SELECT value FROM json_each(?))"
 DELETE_SESSION_OUTBOX = (
     "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE session_id = ? AND state IN ('sent', 'failed')"
     " LIMIT ?)"
@@ -71,11 +75,12 @@ def still_past(conn: apsw.Connection, session_id: int, before: float) -> bool:
 
 
 def delete_turn_chunk(conn: apsw.Connection, session_id: int, limit: int) -> tuple[int, list[str]]:
-    """Delete a session's oldest ``limit`` turns: (how many, their attachments as stored JSON lists)."""
+    """Delete a session's first ``limit`` turns in conversation order: (how many, their attachments as
+    stored JSON lists)."""
     rows = conn.execute(TURN_CHUNK, (session_id, limit)).fetchall()
     if not rows:
         return 0, []
-    conn.execute(DELETE_TURNS_UPTO, (session_id, rows[-1][0]))
+    conn.execute(DELETE_TURNS, (json.dumps([row[0] for row in rows]),))
     return conn.changes(), [row[1] for row in rows if row[1] and row[1] != "[]"]
 
 

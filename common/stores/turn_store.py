@@ -10,11 +10,12 @@ MAX_ATTEMPTS = 5  # a turn whose runner died this often is failed instead of tak
 MAX_CRASHES = 3  # a turn that killed the runner holding it alone this often is failed (a poison turn)
 QUARANTINED = "(t.crashes > 0 OR t.suspect > 0)"  # held when its runner died: it runs alone from then on
 
-INSERT_USER = (
-    "INSERT INTO turns (session_id, role, content, sender, sender_name, platform_msg_id, reply_to,"
+INSERT_USER_AT = (  # with the id given (next_id onwards): several user turns stored by one executemany
+    "INSERT INTO turns (id, session_id, role, content, sender, sender_name, platform_msg_id, reply_to,"
     " attachments, meta, state, created_at, thread, chat_kind, edit_of, sent_at)"
-    " VALUES (?, 'user', ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)"
+    " VALUES (?, ?, 'user', ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)"
 )
+NEXT_ID = "SELECT coalesce(max(id), 0) + 1 FROM turns"
 INBOUND_FIELDS = "SELECT thread, chat_kind, edit_of, sent_at, reply_to FROM turns WHERE id = ?"
 INSERT_OTHER = (
     "INSERT INTO turns (session_id, parent_id, role, content, meta, created_at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -103,10 +104,6 @@ USER_TURNS_FOR_CHAT = (
     " FROM turns t JOIN sessions s ON s.id = t.session_id"
     " WHERE s.instance = ? AND s.chat = ? AND t.role = 'user' ORDER BY t.id"
 )
-HISTORY = (
-    "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
-    " FROM turns WHERE session_id = ? AND id <= ? ORDER BY id DESC LIMIT ?"
-)
 CONVERSATION = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at, attachments FROM turns"
     " WHERE session_id = ? AND coalesce(parent_id, id) <= ? AND coalesce(parent_id, id) > ?"
@@ -174,12 +171,22 @@ def add_user_turn(
     edit_of: str = "",
     sent_at: float = 0.0,
 ) -> int:
-    conn.execute(
-        INSERT_USER,
-        (session_id, text, sender, sender_name, platform_msg_id, reply_to, attachments_json, meta, now,
-         thread, chat_kind, edit_of, sent_at),
-    )
-    return conn.last_insert_rowid()
+    turn_id = next_id(conn)
+    add_user_turns_at(conn, [(turn_id, session_id, text, sender, sender_name, platform_msg_id, reply_to,
+                              attachments_json, meta, now, thread, chat_kind, edit_of, sent_at)])
+    return turn_id
+
+
+def next_id(conn: apsw.Connection) -> int:
+    """The id the next turn stored gets: turns.id is a rowid without AUTOINCREMENT, so max + 1."""
+    return int(conn.execute(NEXT_ID).fetchone()[0])
+
+
+def add_user_turns_at(conn: apsw.Connection, rows: list[tuple]) -> None:
+    """Several pending user turns in one executemany, each row ``(id, session_id, text, sender,
+    sender_name, platform_msg_id, reply_to, attachments_json, meta, now, thread, chat_kind, edit_of,
+    sent_at)``: ``add_user_turn``'s columns with the id the caller chose (``next_id`` onwards)."""
+    conn.executemany(INSERT_USER_AT, rows)
 
 
 class InboundFields(NamedTuple):
@@ -327,9 +334,9 @@ def user_turns_for_chat(conn: apsw.Connection, instance: str, chat: str) -> list
 
 
 def history(conn: apsw.Connection, session_id: int, up_to: int, limit: int) -> list[Turn]:
-    """The last ``limit`` turns of a session up to and including turn ``up_to``, oldest first."""
-    rows = conn.execute(HISTORY, (session_id, up_to, limit)).fetchall()
-    return [Turn(*row) for row in reversed(rows)]
+    """The last ``limit`` turns of a session in conversation order, up to user turn ``up_to`` and what
+    answered it, oldest first."""
+    return conversation(conn, session_id, up_to, 0, limit)
 
 
 def conversation(conn: apsw.Connection, session_id: int, up_to_turn: int, after_id: int, limit: int) -> list[Turn]:

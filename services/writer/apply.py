@@ -6,14 +6,12 @@ import secrets
 
 import msgspec
 
-from common.redact import redact
 from common.stores import (
-    access_store, approval_store, audit_store, beat_store, dead_letter_store, fold_store, job_store, keys_store,
-    outbox_store,
+    access_store, approval_store, audit_store, beat_store, dead_letter_store, fold_store, job_store, outbox_store,
     session_store, skill_store, turn_store,
 )
 from schema import messages as m
-from services.writer import dashboard_ops, lease_ops, retention_ops, schedule_ops
+from services.writer import dashboard_ops, inbound_ops, lease_ops, retention_ops, schedule_ops
 from services.writer.lease_clock import lease_of
 
 _json = msgspec.json.Encoder()
@@ -44,7 +42,7 @@ def apply(conn, op: m.WriteOp, now: float, events: list[Pending]) -> m.Result:
     """Apply one write inside the caller's transaction; append the events it makes to ``events``."""
     match op:
         case m.Inbound():
-            return _inbound(conn, op, now, events)
+            return inbound_ops.store_one(conn, op, now, events)
         case m.ClaimTurn():
             return lease_ops.claim(conn, op, now, events)
         case m.RenewLease():
@@ -234,27 +232,6 @@ def _lease(seconds: float) -> float:
     if not 0 < seconds <= 3600:
         raise Rejected("invalid", f"lease_s must be in (0, 3600], not {seconds}")
     return seconds
-
-
-def _inbound(conn, op: m.Inbound, now: float, events: list[Pending]) -> m.Accepted:
-    if not op.dedupe_keys:
-        raise Rejected("invalid", "an inbound message needs at least one dedupe key (the platform's event id)")
-    first = keys_store.inbound_turn(conn, op.dedupe_keys)
-    if first is not None:
-        return m.Accepted(turn_id=first, session_id=turn_store.session_of(conn, first) or 0, duplicate=True)
-    if op.chat_kind not in m.CHAT_KINDS:
-        raise Rejected("invalid", f"chat_kind must be one of {', '.join(m.CHAT_KINDS)}, not {op.chat_kind!r}")
-    session_id = session_store.open_session(conn, op.agent, op.instance, op.chat, now)
-    # a secret a person pastes into a chat is not kept in turns or the FTS index either
-    turn_id = turn_store.add_user_turn(
-        conn, session_id, redact(op.text), op.sender, op.sender_name, op.platform_msg_id, op.reply_to,
-        _json.encode(op.attachments).decode(), "{}", now,
-        thread=op.thread, chat_kind=op.chat_kind, edit_of=op.edit_of, sent_at=op.sent_at,
-    )
-    keys_store.remember_inbound(conn, op.dedupe_keys, turn_id, now)
-    events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": session_id, "turn_id": turn_id}))
-    return m.Accepted(turn_id=turn_id, session_id=session_id)
-
 
 
 def _renew(conn, op: m.RenewLease, now: float) -> m.Leased:

@@ -21,6 +21,7 @@ from common import bus
 from common.stores import db_store, keys_store
 from schema import messages as m
 from services.writer import apply as ops
+from services.writer import inbound_ops
 
 Item = tuple[bytes, m.Request]  # (the client's routing id, its request)
 
@@ -69,12 +70,25 @@ def commit(conn: apsw.Connection, work: list[Item], now: float, log,
 
 def _apply_all(conn: apsw.Connection, work: list[Item], now: float, events: list[ops.Pending]):
     """Every request in the open transaction, no savepoints; None as soon as one fails (the caller
-    rolls the transaction back: what the failing request did in part is in it)."""
+    rolls the transaction back: what the failing request did in part is in it). Consecutive inbound
+    messages are stored together (inbound_ops.store_run)."""
     acks = []
     unrecorded, apply, answer, remember = ops.UNRECORDED, ops.apply, keys_store.answer, keys_store.remember_answer
-    for ident, req in work:
+    at, count = 0, len(work)
+    while at < count:
+        ident, req = work[at]
         op = req.op
         try:
+            if isinstance(op, m.Inbound):
+                end = at + 1
+                while end < count and isinstance(work[end][1].op, m.Inbound):
+                    end += 1
+                run = work[at:end]
+                results = inbound_ops.store_run(conn, [req.op for _, req in run], now, events)
+                acks += [(ident, m.Ack(id=req.id, ok=True, result=result)) for (ident, req), result in zip(run, results)]
+                at = end
+                continue
+            at += 1
             if isinstance(op, unrecorded):
                 result = apply(conn, op, now, events)
             else:

@@ -408,11 +408,12 @@ class Writer:
 
 
 def _hints(events: list[ops.Pending]) -> list[ops.Pending]:
-    """Events are hints to re-read: one per session (turns) or chat (outbox) per commit is enough."""
+    """Events are hints to re-read: one per commit for turns (a runner woken by any claims whatever is
+    claimable) and one per chat for the outbox (each gateway process re-reads only its chats) is enough."""
     latest: dict[tuple, ops.Pending] = {}
     for event in events:
         topic, _cls, fields = event
-        latest[(topic, fields.get("session_id"), fields.get("chat"))] = event
+        latest[(topic, None if topic == m.TOPIC_TURN else fields.get("session_id"), fields.get("chat"))] = event
     return list(latest.values())
 
 

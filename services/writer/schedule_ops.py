@@ -14,6 +14,7 @@ from common.errors import InvalidInput
 from common.stores import cron_store, turn_store
 from schema import messages as m
 from services.writer import apply as ops  # circular on purpose: apply dispatches here, this raises its Rejected
+from services.writer import inbound_ops
 
 MAX_SKIPS_PER_OP = 1000
 FINISHED = {"done": "ok", "failed": "failed"}
@@ -83,7 +84,7 @@ def fire(conn, op: m.CronFire, now: float, events: list) -> m.Accepted:
         agent=job.agent, instance=job.deliver_instance, chat=job.deliver_chat, sender=f"cron:{job.name}",
         sender_name=f"cron job {job.name}", text=job.prompt, dedupe_keys=[fire_key(job, op.scheduled_for)],
     )  # the run's job and time are in cron_runs (add_run below), keyed to the turn
-    accepted = ops._inbound(conn, inbound, now, events)
+    accepted = inbound_ops.store_one(conn, inbound, now, events)
     cron_store.add_run(conn, job.id, op.scheduled_for, "fired", accepted.turn_id, started_at)
     return accepted
 
