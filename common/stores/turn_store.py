@@ -93,7 +93,10 @@ SET_USER_TEXT = (
 UNPARK = "UPDATE turns SET state = 'pending', attempts = 0 WHERE id = ? AND state = 'waiting'"
 SESSION_OF = "SELECT session_id FROM turns WHERE id = ?"
 HELD = "SELECT session_id FROM turns WHERE id = ? AND state = 'claimed' AND lease_owner = ?"
-HELD_BY = "SELECT id, session_id FROM turns WHERE state = 'claimed' AND lease_owner = ? ORDER BY id"
+HELD_BY = (  # state IN (...): through the partial index turns_work, not a scan of every turn
+    "SELECT id, session_id FROM turns WHERE state IN ('pending', 'claimed') AND state = 'claimed' AND lease_owner = ?"
+    " ORDER BY id"
+)
 HAS_WORK = "SELECT 1 FROM turns WHERE state IN ('pending', 'claimed') AND session_id = ? LIMIT 1"
 GET = (
     "SELECT id, session_id, role, content, sender, state, attempts, error, meta, created_at"
