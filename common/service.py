@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from common import bus
+from common import bus, service_args
 from common.config import Config, load_config
 from common.errors import StarlingError
 from common.home import Paths, ensure_layout, paths_for, resolve_home
@@ -28,22 +27,22 @@ class Service:
     key: bytes
     endpoints: bus.Endpoints
     stopping: threading.Event
-    args: argparse.Namespace | None = None  # the command line, with the options a service added to boot's
+    args: Any = None  # the command line (common/service_args.py), with the options a service added to boot's
     # SIGHUP before the service's Runtime took the signal over: the Runtime re-reads the config at its start
     hangup: threading.Event = field(default_factory=threading.Event)
 
 
 def boot(name: str, argv: list[str] | None = None, description: str = "",
-         add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> Service:
+         add_arguments: service_args.AddArguments | None = None) -> Service:
     """Parse ``--home`` (and the options ``add_arguments`` adds, so ``--help`` shows them), load and check
     the config, create the layout; exit 1 with a clear line on error."""
-    parser = argparse.ArgumentParser(prog=f"starling-{name}", description=description)
-    parser.add_argument("--home", help="Starling home (default: $STARLING_HOME or ./.starling)")
-    parser.add_argument("--name", help="this process's name in status and logs (default: supervisord's"
-                        " process name, else the service's)")
+    options = service_args.Options()
+    options.add_argument("--home", help="Starling home (default: $STARLING_HOME or ./.starling)")
+    options.add_argument("--name", help="this process's name in status and logs (default: supervisord's"
+                         " process name, else the service's)")
     if add_arguments is not None:
-        add_arguments(parser)
-    args = parser.parse_args(argv)
+        add_arguments(options)
+    args = service_args.parse(sys.argv[1:] if argv is None else argv, f"starling-{name}", description, options)
     os.umask(0o077)  # every file a service creates is private to its user, whatever umask it was given
     name = args.name or os.environ.get("SUPERVISOR_PROCESS_NAME") or name
     log = setup_logging(name)

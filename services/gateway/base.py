@@ -15,11 +15,10 @@ through ``take`` at the next start before anything new is received.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import time
-from common import chat_commands, db, holding
+from common import chat_commands, db, holding, service_args
 from common.errors import StarlingError
 from common.held_files import SPOOL_SUFFIX, SpoolEntry
 from common.programs import serving
@@ -257,7 +256,7 @@ class Gateway:
 
 
 def _options(platform: str):
-    def add(parser: argparse.ArgumentParser) -> None:
+    def add(parser: service_args.Options) -> None:
         parser.add_argument("--instance", action="append", default=[], metavar="ID",
                             help=f"serve this [[gateways.{platform}]] id (repeatable), whatever its process")
         parser.add_argument("--process", metavar="NAME",
