@@ -87,3 +87,87 @@ def test_runner_starts_without_openssl():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["[]", "[]"], done.stdout
     assert "openssl_later" in (REPO / "services" / "runner" / "__main__.py").read_text()
+
+
+def test_a_telegram_gateway_starts_without_ctypes_html_or_argparse_and_they_load_when_needed(tmp_path):
+    """The spool's fallocate (ctypes, ctypes.util), the renderer's unescape (html) and argparse stay unloaded
+    while a Telegram gateway starts; each still works at its first use."""
+    code = f'''
+import os, sys
+from common import lean
+lean.quiet_imports()
+from services.gateway.base import main
+from services.gateway.telegram.channel import TelegramChannel
+from services.gateway import spool
+from services.gateway.telegram import render
+print(sorted(k for k in ("ctypes", "ctypes.util", "html", "html.entities", "argparse") if k in sys.modules))
+print(render.to_plain('<b>a &amp; b</b> &lt;c&gt; &eacute;'))
+print(render.to_html('[x](https://e.com/?a=1&b="2") `a<b` & c'))
+path = {str(tmp_path / "f")!r}
+with open(path, "wb") as f:
+    f.write(b"x")
+    f.flush()
+    before = os.fstat(f.fileno()).st_blocks
+    done = spool.allocate_ahead(f.fileno(), 1, 4 * 1024 * 1024)
+    after = os.fstat(f.fileno())
+print(done, after.st_size, after.st_blocks > before)
+'''
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded, plain, html, allocated = done.stdout.splitlines()
+    assert loaded == "[]"
+    assert plain == "a & b <c> é"
+    assert html == '<a href="https://e.com/?a=1&amp;b=&quot;2&quot;">x</a> <code>a&lt;b</code> &amp; c'
+    assert allocated in ("True 1 True", "False 1 False")  # False only where the file system cannot fallocate
+
+
+def test_supervisord_starts_without_importlib_metadata():
+    """common.supervisord_run imports supervisor with its stand-in for importlib.metadata: the rpcinterface
+    factory of the config still loads, and the real module is importable afterwards."""
+    code = ("import sys\nfrom common import supervisord_run\n"
+            "print([k for k in ('importlib.metadata', 'csv', 'zipfile') if k in sys.modules])\n"
+            "from supervisor import compat, rpcinterface\n"
+            "print(compat.import_spec('supervisor.rpcinterface:make_main_rpcinterface')"
+            " is rpcinterface.make_main_rpcinterface)\n"
+            "print(compat.import_spec('os.path:join') is __import__('os').path.join)\n"
+            "import importlib.metadata\nprint(importlib.metadata.EntryPoint.__module__)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "True", "True", "importlib.metadata"]
+
+
+def test_every_process_gets_the_lean_environment(monkeypatch, tmp_path):
+    """`starling up` gives supervisord (and so every program) lean.PROCESS_ENVIRONMENT under the operator's own
+    values; every systemd unit sets the same, before its EnvironmentFile (which may override it)."""
+    import os
+    import types
+
+    from common import lean
+    from common import supervisor as sup
+
+    line = "Environment=" + " ".join(f"{k}={v}" for k, v in lean.PROCESS_ENVIRONMENT.items())
+    units = sorted((REPO / "deploy" / "systemd").glob("*.service"))
+    assert len(units) == 6
+    for unit in units:
+        lines = unit.read_text().splitlines()
+        assert line in lines, unit.name
+        assert lines.index(line) < lines.index("EnvironmentFile=-/etc/starling/starling.env"), unit.name
+
+    seen: dict[str, str] = {}
+
+    def run(command, env, **_kw):
+        seen.update(env)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(sup.supervisor_conf, "write", lambda paths, cfg: tmp_path / "supervisord.conf")
+    monkeypatch.setattr(sup.subprocess, "run", run)
+    monkeypatch.delenv("PYTHONNODEBUGRANGES", raising=False)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the operator's
+    paths = types.SimpleNamespace(home=tmp_path, data_dir=tmp_path / "data", run_dir=tmp_path / "data" / "run")
+    umask = os.umask(0o022)
+    try:
+        sup.Supervisor(paths).start_daemon(None)
+    finally:
+        os.umask(umask)
+    assert seen["PYTHONNODEBUGRANGES"] == "1" and seen["MALLOC_ARENA_MAX"] == "4"
+    assert seen["STARLING_HOME"] == str(tmp_path)

@@ -28,8 +28,7 @@ RESERVE_BYTES of blocks allocated ahead (fallocate KEEP_SIZE), so appends go on 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
+import functools
 import json
 import os
 
@@ -47,22 +46,30 @@ _FALLOC_FL_KEEP_SIZE = 1
 Handle = Callable[[], Awaitable[object]]
 
 
-def _libc():
+@functools.cache
+def _fallocate():
+    """libc's fallocate, looked up when a spool first allocates: every gateway imports this module, but only a
+    platform that spools (Slack) needs it; ctypes with find_library (which runs ldconfig) cost every gateway
+    ~0.25 MB of RSS and a child process at start."""
+    import ctypes
+    import ctypes.util
+
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
         return None
-
-
-_LIBC = _libc()
+    if not hasattr(libc, "fallocate"):
+        return None
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    return libc.fallocate
 
 
 def allocate_ahead(fd: int, offset: int, length: int) -> bool:
     """Blocks for ``length`` bytes from ``offset`` without changing the file's size (best effort)."""
-    if _LIBC is None or not hasattr(_LIBC, "fallocate"):
+    fallocate = _fallocate()
+    if fallocate is None:
         return False
-    _LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-    return _LIBC.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
+    return fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
 
 
 class Spool:
