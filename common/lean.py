@@ -111,3 +111,13 @@ def release_free_heap() -> None:
     except (ImportError, OSError, AttributeError):
         return
     trim(0)
+
+
+# Interpreter and C library settings for every Starling process: `starling up` puts them in supervisord's
+# environment (supervisord and every program inherit them) and each systemd unit has them (deploy/systemd/);
+# a value the operator's environment already sets wins. Measured with bench/startup.py: ~2 MB of RSS in all.
+# PYTHONNODEBUGRANGES: code objects keep line numbers but not column ranges (~0.2 MB a process); the one
+# difference is that tracebacks lose their ^^^^ markers under the failing expression.
+# MALLOC_ARENA_MAX=2: glibc gives each thread that allocates (zmq's I/O thread, asyncio's executor thread) an
+# arena of its own, each holding freed memory apart; one Python thread and a few helpers need no more than two.
+PROCESS_ENVIRONMENT = {"PYTHONNODEBUGRANGES": "1", "MALLOC_ARENA_MAX": "2"}

@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import supervisor_conf
+from common import lean, supervisor_conf
 from common.config import Config
 from common.errors import StarlingError
 from common.home import Paths
@@ -123,7 +123,7 @@ class Supervisor:
 
     def start_daemon(self, cfg: Config, foreground: bool = False) -> subprocess.Popen | None:
         """Start supervisord for this home (daemonised, or in the foreground for containers)."""
-        env = {**os.environ, **environment(self.paths, cfg)}
+        env = {**lean.PROCESS_ENVIRONMENT, **os.environ, **environment(self.paths, cfg)}
         os.umask(0o077)  # supervisord opens its own log before it applies the config's umask
         conf = supervisor_conf.write(self.paths, cfg)
         command = [sys.executable, "-m", "common.supervisord_run", "-c", str(conf)]
