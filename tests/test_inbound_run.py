@@ -3,12 +3,14 @@ the same turns, keys, sessions, answers and events as storing each alone (store_
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from common import db
+from common.stores import keys_store, recall_store, session_store, turn_store
 from schema import messages as m
 from services.writer import group_commit
 
@@ -59,15 +61,14 @@ BATCH = [
 ]
 
 
-def dump(conn) -> dict:
+def dump(conn, chats: str = "abc") -> dict:
+    keys = [key for op in EARLIER + BATCH for key in op.dedupe_keys]
     with db.read_tx(conn):
         return {
-            "turns": conn.execute("SELECT id, session_id, role, content, state, created_at FROM turns ORDER BY id")
-            .fetchall(),
-            "keys": conn.execute("SELECT key, turn_id FROM inbound_keys ORDER BY key").fetchall(),
-            "sessions": conn.execute("SELECT id, chat, last_active_at FROM sessions ORDER BY id").fetchall(),
-            "fts": conn.execute("SELECT rowid FROM turns_fts WHERE turns_fts MATCH 'one OR two OR six'"
-                                " ORDER BY rowid").fetchall(),
+            "turns": [turn for chat in chats for turn in turn_store.user_turns_for_chat(conn, "test", chat)],
+            "keys": keys_store.inbound_turns(conn, json.dumps(keys)),
+            "sessions": session_store.recent(conn),
+            "fts": sorted(hit.turn_id for word in ("one", "two", "six") for hit in recall_store.search(conn, word)),
         }
 
 
@@ -108,4 +109,4 @@ def test_a_refused_message_in_a_run_fails_alone(open_copy):
     acks = [a for _, a in applied.acks]
     assert [True, False, False, True] == [a.ok for a in acks]
     assert ["invalid", "invalid"] == [acks[1].code, acks[2].code]
-    assert ["first", "third"] == [row[3] for row in dump(conn)["turns"]]
+    assert ["first", "third"] == [turn.content for turn in dump(conn, "r")["turns"]]
