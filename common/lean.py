@@ -100,8 +100,9 @@ def quiet_imports() -> None:
 def release_free_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's malloc_trim), once a service is ready:
     start-up (imports, the config, the first reads) leaves about 1 MB freed that free() keeps mapped.
-    Only where ctypes is loaded already (the runner's sandbox probe, the gateways): loading it for this
-    costs about what the trim gives back. Nothing happens where the C library has no malloc_trim (musl)."""
+    Only where ctypes is loaded already (the runners' sandbox probe, a spooling gateway's fallocate):
+    loading it for this costs about what the trim gives back (bench/startup.py with ctypes loaded for it in
+    every process: the same total). Nothing happens where the C library has no malloc_trim (musl)."""
     if "ctypes" not in sys.modules:
         return
     try:
