@@ -20,13 +20,6 @@ def without_openssl() -> None:
         sys.modules.setdefault(name, None)  # None in sys.modules: `import name` raises ImportError
 
 
-def without_tls() -> None:
-    """Make ``ssl`` unimportable (asyncio then builds no TLS support) but keep OpenSSL's fast hashes:
-    for a process that signs every bus frame at a high rate (the writer)."""
-    sys.modules.setdefault("ssl", None)
-    sys.modules.setdefault("_ssl", None)
-
-
 class _AsyncioTlsOnImport:
     """A meta path finder for ``ssl`` alone, used once: it loads the real module, then gives it to the asyncio
     modules that were imported without it (they bound ``ssl = None``), so TLS connections work from then on."""
