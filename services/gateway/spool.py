@@ -49,13 +49,12 @@ Handle = Callable[[], Awaitable[object]]
 @functools.cache
 def _fallocate():
     """libc's fallocate, looked up when a spool first allocates: every gateway imports this module, but only a
-    platform that spools (Slack) needs it; ctypes with find_library (which runs ldconfig) cost every gateway
-    ~0.25 MB of RSS and a child process at start."""
+    platform that spools (Slack) needs it, and ctypes cost every gateway ~0.25 MB of RSS at start. The
+    process's own symbols hold the C library's (dlopen(NULL)): no ldconfig child, glibc or musl alike."""
     import ctypes
-    import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
     if not hasattr(libc, "fallocate"):
