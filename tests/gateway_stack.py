@@ -267,6 +267,23 @@ def repeats_per_kill(copies: dict[str, list[float]], kills: list[tuple[str, floa
     return per_kill
 
 
+# A delivery report (OutboxSent) the killed writer had taken but not committed is sent again after the
+# client's timeout ([bus] request_timeout_ms, 2 s), so it may still be unrecorded this long after the new
+# writer answers: a gateway killed meanwhile leaves its row to be taken again.
+REPORT_HELD_S = 4.0
+
+
+def first_copy_in_flight(first: float, kills: list[tuple[str, float]], writer_back: float,
+                         in_flight_s: float) -> bool:
+    """Whether a repeated reply's first copy (reaching the platform at ``first``) was in flight at one of
+    ``kills``: it came at most ``in_flight_s`` before a kill, or during the writer's outage (from its kill to
+    ``writer_back``), when its report waited for the new writer, and a kill came before the report could."""
+    writer_killed = dict(kills)["writer"]
+    held = writer_killed - in_flight_s <= first <= writer_back
+    return any(0 <= at - first <= in_flight_s or (held and writer_back <= at <= writer_back + REPORT_HELD_S)
+               for _, at in kills)
+
+
 def check_sequence(what: str, messages: list[str], answers: list[str]) -> int:
     """Judge the answers one conversation got, in the order they reached the platform, against its
     messages in the order they were sent (answer i is ``echo: <message i>``): every message answered, no
