@@ -276,12 +276,13 @@ REPORT_HELD_S = 4.0
 def first_copy_in_flight(first: float, kills: list[tuple[str, float]], writer_back: float,
                          in_flight_s: float) -> bool:
     """Whether a repeated reply's first copy (reaching the platform at ``first``) was in flight at one of
-    ``kills``: it came at most ``in_flight_s`` before a kill, or during the writer's outage (from its kill to
+    ``kills``: it came at most ``in_flight_s`` before a kill or at most IN_FLIGHT_S after it (a call the killed
+    process had made, stamped when the fake handled it), or during the writer's outage (from its kill to
     ``writer_back``), when its report waited for the new writer, and a kill came before the report could."""
     writer_killed = dict(kills)["writer"]
     held = writer_killed - in_flight_s <= first <= writer_back
-    return any(0 <= at - first <= in_flight_s or (held and writer_back <= at <= writer_back + REPORT_HELD_S)
-               for _, at in kills)
+    return any(-IN_FLIGHT_S <= at - first <= in_flight_s
+               or (held and writer_back <= at <= writer_back + REPORT_HELD_S) for _, at in kills)
 
 
 def check_sequence(what: str, messages: list[str], answers: list[str]) -> int:
