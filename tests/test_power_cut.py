@@ -4,6 +4,7 @@ database is sound; a writer with synchronous OFF or NORMAL fails the same test (
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import random
 import shutil
@@ -55,7 +56,7 @@ class Cut:
 
 def test_acked_writes_survive_a_power_cut_at_60_points_and_the_database_stays_sound():
     run = _record(synchronous=None)
-    cuts = [_cut(run, i, at) for i, at in enumerate(_cut_points(run.ops, random.Random(SEED)))]
+    cuts = [_cut(run, i, at) for i, at in enumerate(_cut_points(run, random.Random(SEED)))]
     bad = [c for c in cuts if c.lost_inbound or c.lost_finished or c.integrity != ["ok"]
            or (c.required and c.schema_version != schema_store.code_version())]
     assert [] == bad, f"seed {SEED}: {bad[:3]}"
@@ -68,7 +69,7 @@ def test_acked_writes_survive_a_power_cut_at_60_points_and_the_database_stays_so
 @pytest.mark.parametrize("synchronous", ["OFF", "NORMAL"])
 def test_a_writer_that_does_not_sync_each_commit_loses_acked_writes_to_a_power_cut(synchronous):
     run = _record(synchronous=synchronous)
-    cuts = [_cut(run, i, at, chaos=False) for i, at in enumerate(_cut_points(run.ops, random.Random(SEED)))]
+    cuts = [_cut(run, i, at, chaos=False) for i, at in enumerate(_cut_points(run, random.Random(SEED)))]
     assert any(c.lost_inbound or c.lost_finished for c in cuts)
 
 
@@ -133,16 +134,20 @@ async def _stream(home, log: Path) -> Run:
 # ---------------------------------------------------------------- cutting it
 
 
-def _cut_points(ops: list[powercut.Op], rng: random.Random) -> list[int]:
-    """60 cuts (a cut at k: ops[:k] were issued): a third anywhere, a third inside checkpoints (writes
-    to the main file), a third just after a WAL sync (a commit done, its ack maybe not yet sent)."""
+def _cut_points(run: Run, rng: random.Random) -> list[int]:
+    """60 cuts (a cut at k: ops[:k] were issued): a quarter anywhere, a quarter inside checkpoints (writes
+    to the main file), a quarter just after a WAL sync (a commit done, its ack maybe not yet sent), and a
+    quarter just as an ack came (what it promised must be on the disk by then)."""
+    ops = run.ops
     anywhere = range(1, len(ops) + 1)
     checkpoint = [i + 1 for i, op in enumerate(ops) if op.name == "starling.db" and op.kind in "WT"]
     after_sync = [i + 1 for i, op in enumerate(ops) if op.name == "starling.db-wal" and op.kind == "S"]
-    third = CUTS // 3
-    points = [rng.choice(anywhere) for _ in range(CUTS - 2 * third)]
-    for pool in (checkpoint, after_sync):
-        points += [rng.choice(pool or anywhere) for _ in range(third)]
+    ends = [op.end for op in ops]
+    at_ack = [k for k in (bisect.bisect_right(ends, pos) for _, pos in run.inbound + run.finished) if k > 0]
+    quarter = CUTS // 4
+    points = [rng.choice(anywhere) for _ in range(CUTS - 3 * quarter)]
+    for pool in (checkpoint, after_sync, at_ack):
+        points += [rng.choice(pool or anywhere) for _ in range(quarter)]
     return sorted(points)
 
 
