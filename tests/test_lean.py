@@ -11,6 +11,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def _python(code: str, *args: str) -> str:
+    """What ``code`` prints in a fresh interpreter in the checkout (which must exit 0)."""
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
 # In a fresh interpreter: asyncio, hashlib and hmac imported under openssl_later() load no OpenSSL; the first
 # `import ssl` afterwards (as aiohttp does) gives asyncio its TLS support: a TLS echo over 127.0.0.1 works.
 SCRIPT = r'''
@@ -68,10 +75,7 @@ def test_openssl_later_defers_openssl_and_tls_still_works(tmp_path):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
                    check=True, capture_output=True, timeout=60)
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(cert), str(key)], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "over tls"
+    assert _python(SCRIPT, str(cert), str(key)).strip() == "over tls"
 
 
 def test_runner_starts_without_openssl():
@@ -83,9 +87,8 @@ def test_runner_starts_without_openssl():
             "print(sorted(n for n, mod in list(sys.modules.items()) if mod is not None and n not in"
             " ('asyncio.sslproto', 'asyncio.base_events', 'asyncio.selector_events')"
             " and getattr(mod, 'ssl', 1) is None))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[]", "[]"], done.stdout
+    stdout = _python(code)
+    assert stdout.split("\n")[:2] == ["[]", "[]"], stdout
     assert "openssl_later" in (REPO / "services" / "runner" / "__main__.py").read_text()
 
 
@@ -112,9 +115,8 @@ with open(path, "wb") as f:
     after = os.fstat(f.fileno())
 print(done, after.st_size, after.st_blocks > before)
 '''
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    loaded, plain, html, allocated = done.stdout.splitlines()
+    stdout = _python(code)
+    loaded, plain, html, allocated = stdout.splitlines()
     assert loaded == "[]"
     assert plain == "a & b <c> é"
     assert html == '<a href="https://e.com/?a=1&amp;b=&quot;2&quot;">x</a> <code>a&lt;b</code> &amp; c'
@@ -131,9 +133,8 @@ def test_supervisord_starts_without_importlib_metadata():
             " is rpcinterface.make_main_rpcinterface)\n"
             "print(compat.import_spec('os.path:join') is __import__('os').path.join)\n"
             "import importlib.metadata\nprint(importlib.metadata.EntryPoint.__module__)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["[]", "True", "True", "importlib.metadata"]
+    stdout = _python(code)
+    assert stdout.splitlines() == ["[]", "True", "True", "importlib.metadata"]
 
 
 def test_every_process_gets_the_lean_environment(monkeypatch, tmp_path):
