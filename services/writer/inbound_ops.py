@@ -4,8 +4,8 @@ platform's event ids.
 ``store_run`` stores several consecutive ones of a group commit with a handful of statements (one dedupe
 lookup, one executemany each for the turns and their keys, one session lookup per chat) instead of five
 per message: most of a busy writer's requests are these, and per-statement overhead was a third of
-their cost. Its effects and answers are those of ``store_one`` applied to each in order; a run in which
-one is refused raises, and the group commit then applies them one by one in savepoints (group_commit.py).
+their cost. A run in which one is refused raises, and the group commit then applies them one by one in
+savepoints (group_commit.py), each through ``store_one``: the same code, a run of one.
 """
 
 from __future__ import annotations
@@ -34,21 +34,13 @@ def _row(turn_id: int, session_id: int, op: m.Inbound, now: float) -> tuple:
 
 
 def store_one(conn, op: m.Inbound, now: float, events: list) -> m.Accepted:
-    first = keys_store.inbound_turn(conn, op.dedupe_keys)
-    if first is not None:
-        return m.Accepted(turn_id=first, session_id=turn_store.session_of(conn, first) or 0, duplicate=True)
-    _check(op)
-    session_id = session_store.open_session(conn, op.agent, op.instance, op.chat, now)
-    turn_id = turn_store.next_id(conn)
-    turn_store.add_user_turns_at(conn, [_row(turn_id, session_id, op, now)])
-    keys_store.remember_inbound(conn, op.dedupe_keys, turn_id, now)
-    events.append((m.TOPIC_TURN, m.TurnPending, {"session_id": session_id, "turn_id": turn_id}))
-    return m.Accepted(turn_id=turn_id, session_id=session_id)
+    """One message (the savepoint pass, a cron fire): a run of one."""
+    return store_run(conn, [op], now, events)[0]
 
 
 def store_run(conn, ops: list[m.Inbound], now: float, events: list) -> list[m.Accepted]:
-    """``store_one`` of each, in order, in the caller's transaction: a message whose event id came
-    earlier in the run, or is stored already, is answered as a duplicate of that turn."""
+    """Each message in order, in the caller's transaction: one whose event id came earlier in the run, or is
+    stored already, is answered as a duplicate of that turn (its first key that is known decides)."""
     known = keys_store.inbound_turns(conn, _json.encode([key for op in ops for key in op.dedupe_keys]).decode())
     session_of_new: dict[int, int] = {}  # turn stored by this run -> its session
     sessions: dict[tuple[str, str, str], int] = {}  # one open_session per chat (the same `now` touches once)
